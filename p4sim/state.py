@@ -1,0 +1,363 @@
+"""Runtime state of one p4sim switch: table entries and their lookup, registers,
+counters, meters, and the packet replication engine's groups and clone sessions.
+
+The pipeline reads it per packet; the P4Runtime server writes it. Values are plain
+ints already checked against the P4Info widths; errors are StateError with the gRPC
+status name the server reports.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .ir import ConstEntry, CounterInfo, MeterInfo, ProgramInfo, RegisterInfo, TableInfo
+
+Match = tuple | None
+"""One key element: ("exact", v), ("lpm", v, plen), ("ternary", v, mask),
+("range", lo, hi), ("optional", v), or None for don't-care."""
+
+GREEN, YELLOW, RED = 0, 1, 2   # meter colours as v1model's meter extern writes them
+
+
+class StateError(Exception):
+    """A request the state cannot carry out; `code` is a gRPC status name."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class Meter:
+    """A two-rate three-colour meter (RFC 2698), as BMv2 implements v1model meters.
+
+    Unconfigured meters mark everything GREEN. Rates are units per second, bursts
+    in units (packets or bytes, by the meter's type).
+    """
+
+    def __init__(self) -> None:
+        self.config: tuple[int, int, int, int] | None = None   # cir, cburst, pir, pburst
+        self._tc = self._tp = 0.0
+        self._last = 0.0
+
+    def set_config(self, cir: int, cburst: int, pir: int, pburst: int) -> None:
+        if pir < cir:
+            raise StateError("INVALID_ARGUMENT", "meter PIR must not be below CIR")
+        self.config = (cir, cburst, pir, pburst)
+        self._tc, self._tp = float(cburst), float(pburst)
+        self._last = time.monotonic()
+
+    def reset(self) -> None:
+        self.config = None
+
+    def execute(self, units: int) -> int:
+        if self.config is None:
+            return GREEN
+        cir, cburst, pir, pburst = self.config
+        now = time.monotonic()
+        elapsed, self._last = now - self._last, now
+        self._tc = min(float(cburst), self._tc + elapsed * cir)
+        self._tp = min(float(pburst), self._tp + elapsed * pir)
+        if self._tp < units:
+            return RED
+        self._tp -= units
+        if self._tc < units:
+            return YELLOW
+        self._tc -= units
+        return GREEN
+
+
+@dataclass(eq=False)
+class TableEntry:
+    """One entry; (match, priority) identifies it, as in P4Runtime."""
+    match: tuple[Match, ...]
+    action: str
+    args: tuple[int, ...] = ()
+    priority: int = 0
+    idle_timeout_ns: int = 0
+    metadata: bytes = b""
+    packets: int = 0                       # direct counter
+    bytes: int = 0
+    meter: Meter = field(default_factory=Meter)   # direct meter (GREEN until configured)
+    last_hit_ns: int = field(default_factory=time.monotonic_ns)
+
+
+def _lpm_mask(plen: int, width: int) -> int:
+    return ((1 << plen) - 1) << (width - plen)
+
+
+def _canonical(match: tuple[Match, ...], info: TableInfo) -> tuple[Match, ...]:
+    """Check the match against the table's keys and clear bits outside masks."""
+    fields = info.match_fields
+    if len(match) != len(fields):
+        raise StateError("INVALID_ARGUMENT",
+                         f"table {info.name} has {len(fields)} match fields, got {len(match)}")
+    out: list[Match] = []
+    for m, f in zip(match, fields):
+        top = (1 << f.bitwidth) - 1
+        if m is None:
+            if f.match_kind == "exact":
+                raise StateError("INVALID_ARGUMENT", f"missing exact match field {f.name}")
+            out.append(None)
+            continue
+        kind = m[0]
+        if kind != f.match_kind:
+            raise StateError("INVALID_ARGUMENT",
+                             f"match field {f.name} is {f.match_kind}, got {kind}")
+        values = m[1:] if kind in ("ternary", "range") else m[1:2]   # lpm's m[2] is a length
+        if any(not 0 <= v <= top for v in values):
+            raise StateError("OUT_OF_RANGE", f"value does not fit bit<{f.bitwidth}> field {f.name}")
+        if kind == "lpm":
+            plen = m[2]
+            if not 0 <= plen <= f.bitwidth:
+                raise StateError("INVALID_ARGUMENT", f"prefix length {plen} too long for {f.name}")
+            if plen == 0:          # P4Runtime: a zero-length prefix is a don't-care
+                out.append(None)
+                continue
+            mask = _lpm_mask(plen, f.bitwidth)
+            if m[1] & ~mask:
+                raise StateError("INVALID_ARGUMENT", f"lpm value of {f.name} has bits beyond its prefix")
+            out.append(("lpm", m[1], plen))
+        elif kind == "ternary":
+            if m[1] & ~m[2]:
+                raise StateError("INVALID_ARGUMENT", f"ternary value of {f.name} has bits outside its mask")
+            out.append(None if m[2] == 0 else ("ternary", m[1], m[2]))
+        elif kind == "range":
+            if m[1] > m[2]:
+                raise StateError("INVALID_ARGUMENT", f"range of {f.name} has low above high")
+            out.append(None if (m[1], m[2]) == (0, top) else ("range", m[1], m[2]))
+        else:
+            out.append((kind, m[1]))
+    return tuple(out)
+
+
+def _matcher(match: tuple[Match, ...], info: TableInfo) -> Callable[[tuple[int, ...]], bool]:
+    """A predicate over the lookup key, built once per entry."""
+    checks: list[Callable[[tuple[int, ...]], bool]] = []
+    for i, (m, f) in enumerate(zip(match, info.match_fields)):
+        if m is None:
+            continue
+        kind = m[0]
+        if kind in ("exact", "optional"):
+            checks.append(lambda k, i=i, v=m[1]: k[i] == v)
+        elif kind == "lpm":
+            checks.append(lambda k, i=i, v=m[1], mk=_lpm_mask(m[2], f.bitwidth): k[i] & mk == v)
+        elif kind == "ternary":
+            checks.append(lambda k, i=i, v=m[1], mk=m[2]: k[i] & mk == v)
+        else:
+            checks.append(lambda k, i=i, lo=m[1], hi=m[2]: lo <= k[i] <= hi)
+    return lambda k: all(c(k) for c in checks)
+
+
+class TableState:
+    """Entries of one table and the lookup the pipeline runs per packet.
+
+    Exact-only tables use one dict; tables of exact keys and one lpm key use a dict
+    per prefix length, longest first; the rest scan entries by falling priority.
+    """
+
+    def __init__(self, info: TableInfo) -> None:
+        self.info = info
+        self._entries: dict[tuple, TableEntry] = {}
+        kinds = [f.match_kind for f in info.match_fields]
+        self._lpm_index = kinds.index("lpm") if kinds.count("lpm") == 1 else None
+        if all(k == "exact" for k in kinds):
+            self._mode = "exact"
+            self._exact: dict[tuple[int, ...], TableEntry] = {}
+        elif self._lpm_index is not None and all(k in ("exact", "lpm") for k in kinds):
+            self._mode = "lpm"
+            self._by_plen: dict[int, dict[tuple[int, ...], TableEntry]] = {}
+            self._plens: list[int] = []
+        else:
+            self._mode = "scan"
+            self._scan: list[tuple[Callable, TableEntry]] = []
+        self.reset_default()
+        for number, const in enumerate(info.const_entries):
+            self._insert_const(const, len(info.const_entries) - number)
+
+    # --- control plane -------------------------------------------------------
+    def insert(self, entry: TableEntry) -> None:
+        if self.info.entries_are_const:
+            raise StateError("PERMISSION_DENIED", f"table {self.info.name} has const entries")
+        self._add(entry)
+
+    def modify(self, entry: TableEntry) -> None:
+        old = self.get(entry.match, entry.priority)
+        old.action, old.args = entry.action, entry.args
+        old.idle_timeout_ns, old.metadata = entry.idle_timeout_ns, entry.metadata
+
+    def delete(self, match: tuple[Match, ...], priority: int = 0) -> None:
+        entry = self.get(match, priority)
+        if self.info.entries_are_const:
+            raise StateError("PERMISSION_DENIED", f"table {self.info.name} has const entries")
+        match = entry.match
+        del self._entries[(match, entry.priority)]
+        if self._mode == "exact":
+            del self._exact[self._exact_key(match)]
+        elif self._mode == "lpm":
+            plen = self._plen(match)
+            bucket = self._by_plen[plen]
+            del bucket[self._exact_key(match)]
+            if not bucket:
+                del self._by_plen[plen]
+                self._plens.remove(plen)
+        else:
+            self._scan = [(m, e) for m, e in self._scan if e is not entry]
+
+    def get(self, match: tuple[Match, ...], priority: int = 0) -> TableEntry:
+        key = (_canonical(match, self.info), self._priority(priority))
+        try:
+            return self._entries[key]
+        except KeyError:
+            raise StateError("NOT_FOUND", f"no such entry in table {self.info.name}") from None
+
+    def entries(self) -> list[TableEntry]:
+        return list(self._entries.values())
+
+    def set_default(self, action: str, args: tuple[int, ...] = ()) -> None:
+        if self.info.const_default_action and action != self.info.default_action:
+            raise StateError("PERMISSION_DENIED",
+                             f"table {self.info.name} has a const default action")
+        self.default_action, self.default_args = action, tuple(args)
+
+    def reset_default(self) -> None:
+        self.default_action = self.info.default_action
+        self.default_args = tuple(self.info.default_args)
+
+    # --- data plane ----------------------------------------------------------
+    def lookup(self, keys: tuple[int, ...]) -> TableEntry | None:
+        """The entry the key hits, or None for a miss (the default action runs)."""
+        if self._mode == "exact":
+            return self._exact.get(keys)
+        if self._mode == "lpm":
+            i = self._lpm_index
+            width = self.info.match_fields[i].bitwidth
+            for plen in self._plens:
+                masked = keys[i] & _lpm_mask(plen, width)
+                hit = self._by_plen[plen].get(keys[:i] + (masked,) + keys[i + 1:])
+                if hit is not None:
+                    return hit
+            return None
+        for matches, entry in self._scan:
+            if matches(keys):
+                return entry
+        return None
+
+    # --- helpers -------------------------------------------------------------
+    def _priority(self, priority: int) -> int:
+        if self.info.needs_priority:
+            if priority <= 0:
+                raise StateError("INVALID_ARGUMENT",
+                                 f"table {self.info.name} needs a priority above 0")
+            return priority
+        if priority:
+            raise StateError("INVALID_ARGUMENT",
+                             f"table {self.info.name} takes no priority (no ternary, range or optional key)")
+        return 0
+
+    def _insert_const(self, const: ConstEntry, order_priority: int) -> None:
+        priority = const.priority or order_priority if self.info.needs_priority else 0
+        self._add(TableEntry(const.match, const.action, tuple(const.args), priority))
+
+    def _add(self, entry: TableEntry) -> None:
+        entry.match = _canonical(entry.match, self.info)
+        entry.priority = self._priority(entry.priority)
+        key = (entry.match, entry.priority)
+        if key in self._entries:
+            raise StateError("ALREADY_EXISTS", f"entry already in table {self.info.name}")
+        if len(self._entries) >= self.info.size:
+            raise StateError("RESOURCE_EXHAUSTED", f"table {self.info.name} is full ({self.info.size})")
+        self._entries[key] = entry
+        if self._mode == "exact":
+            self._exact[self._exact_key(entry.match)] = entry
+        elif self._mode == "lpm":
+            plen = self._plen(entry.match)
+            if plen not in self._by_plen:
+                self._by_plen[plen] = {}
+                self._plens = sorted(self._by_plen, reverse=True)
+            self._by_plen[plen][self._exact_key(entry.match)] = entry
+        else:
+            self._scan.append((_matcher(entry.match, self.info), entry))
+            # Highest priority first; among equals the earlier entry stays first.
+            self._scan.sort(key=lambda pair: -pair[1].priority)
+
+    def _plen(self, match: tuple[Match, ...]) -> int:
+        m = match[self._lpm_index]
+        return 0 if m is None else m[2]
+
+    @staticmethod
+    def _exact_key(match: tuple[Match, ...]) -> tuple[int, ...]:
+        return tuple(0 if m is None else m[1] for m in match)
+
+
+class RegisterArray:
+    def __init__(self, info: RegisterInfo) -> None:
+        self.info = info
+        self.values = [0] * info.size
+
+    def read(self, index: int) -> int:
+        self._check(index)
+        return self.values[index]
+
+    def write(self, index: int, value: int) -> None:
+        self._check(index)
+        self.values[index] = value & ((1 << self.info.bitwidth) - 1)
+
+    def _check(self, index: int) -> None:
+        if not 0 <= index < self.info.size:
+            raise StateError("OUT_OF_RANGE",
+                             f"index {index} outside register {self.info.name}[{self.info.size}]")
+
+
+class CounterArray:
+    def __init__(self, info: CounterInfo) -> None:
+        self.info = info
+        self.packets = [0] * info.size
+        self.bytes = [0] * info.size
+
+    def count(self, index: int, nbytes: int) -> None:
+        if 0 <= index < self.info.size:     # out of range counts nothing, as in BMv2
+            self.packets[index] += 1
+            self.bytes[index] += nbytes
+
+
+class MeterArray:
+    def __init__(self, info: MeterInfo) -> None:
+        self.info = info
+        self.meters = [Meter() for _ in range(info.size)]
+
+    def set_config(self, index: int, cir: int, cburst: int, pir: int, pburst: int) -> None:
+        self._at(index).set_config(cir, cburst, pir, pburst)
+
+    def execute(self, index: int, nbytes: int) -> int:
+        if not 0 <= index < self.info.size:
+            return GREEN
+        return self.meters[index].execute(1 if self.info.unit == "PACKETS" else nbytes)
+
+    def _at(self, index: int) -> Meter:
+        if not 0 <= index < self.info.size:
+            raise StateError("OUT_OF_RANGE", f"index {index} outside meter {self.info.name}")
+        return self.meters[index]
+
+
+@dataclass
+class CloneSession:
+    replicas: list[tuple[int, int]]       # (egress port, rid)
+    class_of_service: int = 0
+    packet_length_bytes: int = 0          # 0: no truncation
+
+
+class SwitchState:
+    """All state of one pipeline; a new pipeline gets a fresh SwitchState."""
+
+    def __init__(self, info: ProgramInfo) -> None:
+        self.info = info
+        self.tables = {name: TableState(t) for name, t in info.tables.items()}
+        self.registers = {name: RegisterArray(r) for name, r in info.registers.items()}
+        self.counters = {name: CounterArray(c) for name, c in info.counters.items()
+                         if c.direct_table is None}
+        self.meters = {name: MeterArray(m) for name, m in info.meters.items()
+                       if m.direct_table is None}
+        self.multicast_groups: dict[int, list[tuple[int, int]]] = {}
+        self.clone_sessions: dict[int, CloneSession] = {}
