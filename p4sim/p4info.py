@@ -1,0 +1,246 @@
+"""P4Info for a loaded program: ir.ProgramInfo -> p4.config.v1.P4Info, as p4c's
+`--p4runtime-files` writes it (ids, aliases, annotations), plus the text-format writer.
+
+The server validates P4Runtime requests against this message; controllers load the text.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from google.protobuf import text_format
+from p4.config.v1 import p4info_pb2
+
+from .ir import ActionRef, Param, ProgramInfo
+
+P4Info = p4info_pb2.P4Info
+Prefix = p4info_pb2.P4Ids
+
+TEXT_HEADER = "# proto-file: p4/config/v1/p4info.proto\n# proto-message: p4.config.v1.P4Info\n\n"
+
+# Represented elsewhere in the preamble (name, id, doc), so p4c does not repeat them.
+_NOT_COPIED = {"name", "id", "brief", "description"}
+
+_SCOPE_ANNOTATION = {"TABLE_ONLY": "@tableonly", "DEFAULT_ONLY": "@defaultonly"}
+
+
+def build_p4info(info: ProgramInfo) -> P4Info:
+    """The P4Info of a program, ids and aliases assigned as p4c assigns them."""
+    ids = _assign_ids(info)
+    aliases = _Aliases()
+    for name in ids.names():
+        aliases.add(name)
+
+    p4info = P4Info()
+    p4info.pkg_info.arch = "v1model"
+    for t in info.tables.values():
+        msg = p4info.tables.add()
+        _preamble(msg.preamble, ids.get(Prefix.TABLE, t.name), t.name, aliases, t.annotations)
+        for number, mf in enumerate(t.match_fields, start=1):
+            m = msg.match_fields.add(id=number, name=mf.name, bitwidth=mf.bitwidth,
+                                     match_type=p4info_pb2.MatchField.MatchType.Value(mf.match_kind.upper()))
+            m.annotations.extend(_copied_annotations(mf.annotations))
+        for ref in t.actions:
+            r = msg.action_refs.add(id=ids.get(Prefix.ACTION, ref.name),
+                                    scope=p4info_pb2.ActionRef.Scope.Value(ref.scope))
+            r.annotations.extend(_action_ref_annotations(ref))
+        if t.const_default_action:
+            msg.const_default_action_id = ids.get(Prefix.ACTION, t.default_action)
+        if t.direct_counter:
+            msg.direct_resource_ids.append(ids.get(Prefix.DIRECT_COUNTER, t.direct_counter))
+        if t.direct_meter:
+            msg.direct_resource_ids.append(ids.get(Prefix.DIRECT_METER, t.direct_meter))
+        msg.size = t.size
+        if t.support_timeout:
+            msg.idle_timeout_behavior = p4info_pb2.Table.NOTIFY_CONTROL
+        msg.is_const_table = t.entries_are_const
+        msg.has_initial_entries = bool(t.const_entries)
+    for a in info.actions.values():
+        msg = p4info.actions.add()
+        _preamble(msg.preamble, ids.get(Prefix.ACTION, a.name), a.name, aliases, a.annotations)
+        _params(msg.params, a.params)
+    for c in info.counters.values():
+        unit = p4info_pb2.CounterSpec.Unit.Value(c.unit)
+        if c.direct_table is None:
+            msg = p4info.counters.add(size=c.size)
+            _preamble(msg.preamble, ids.get(Prefix.COUNTER, c.name), c.name, aliases, c.annotations)
+        else:
+            msg = p4info.direct_counters.add(direct_table_id=ids.get(Prefix.TABLE, c.direct_table))
+            _preamble(msg.preamble, ids.get(Prefix.DIRECT_COUNTER, c.name), c.name, aliases,
+                      c.annotations)
+        msg.spec.unit = unit
+    for m in info.meters.values():
+        unit = p4info_pb2.MeterSpec.Unit.Value(m.unit)
+        if m.direct_table is None:
+            msg = p4info.meters.add(size=m.size)
+            _preamble(msg.preamble, ids.get(Prefix.METER, m.name), m.name, aliases, m.annotations)
+        else:
+            msg = p4info.direct_meters.add(direct_table_id=ids.get(Prefix.TABLE, m.direct_table))
+            _preamble(msg.preamble, ids.get(Prefix.DIRECT_METER, m.name), m.name, aliases,
+                      m.annotations)
+        msg.spec.unit = unit
+    for h in info.controller_headers.values():
+        msg = p4info.controller_packet_metadata.add()
+        _preamble(msg.preamble, ids.get(Prefix.CONTROLLER_HEADER, h.name), h.name, aliases,
+                  (f'@controller_header("{h.name}")',))
+        _params(msg.metadata, h.fields)
+    for r in info.registers.values():
+        msg = p4info.registers.add(size=r.size)
+        _preamble(msg.preamble, ids.get(Prefix.REGISTER, r.name), r.name, aliases, r.annotations)
+        msg.type_spec.bitstring.bit.bitwidth = r.bitwidth
+    for d in info.digests.values():
+        msg = p4info.digests.add()
+        _preamble(msg.preamble, ids.get(Prefix.DIGEST, d.name), d.name, aliases, ())
+        msg.type_spec.struct.name = d.name
+        struct = p4info.type_info.structs[d.name]
+        for f in d.fields:
+            struct.members.add(name=f.name).type_spec.bitstring.bit.bitwidth = f.bitwidth
+    return p4info
+
+
+def to_text(p4info: P4Info) -> str:
+    """Protobuf text format with p4c's two header comments."""
+    return TEXT_HEADER + text_format.MessageToString(p4info)
+
+
+def jenkins_hash(name: str) -> int:
+    """Bob Jenkins' one-at-a-time hash over the UTF-8 bytes, as p4c computes ids."""
+    mask = 0xFFFFFFFF
+    h = 0
+    for byte in name.encode():
+        h = (h + byte) & mask
+        h = (h + (h << 10)) & mask
+        h ^= h >> 6
+    h = (h + (h << 3)) & mask
+    h ^= h >> 11
+    return (h + (h << 15)) & mask
+
+
+def annotation_name(annotation: str) -> str:
+    """`@name("x")` (or `name("x")`) -> `name`."""
+    return annotation.lstrip("@").split("(", 1)[0].strip()
+
+
+# --- helpers -----------------------------------------------------------------
+
+@dataclass
+class _Ids:
+    """Ids per (resource type, name); p4c's symbol table."""
+    by_symbol: dict[tuple[int, str], int] = field(default_factory=dict)
+
+    def get(self, prefix: int, name: str) -> int:
+        return self.by_symbol[(prefix, name)]
+
+    def names(self) -> list[str]:
+        return [name for _, name in self.by_symbol]
+
+
+def _assign_ids(info: ProgramInfo) -> _Ids:
+    """@id annotations first, then hashed names in sorted order with linear probing."""
+    symbols: dict[tuple[int, str], tuple[str, ...]] = {}
+    for t in info.tables.values():
+        symbols[(Prefix.TABLE, t.name)] = t.annotations
+    for a in info.actions.values():
+        symbols[(Prefix.ACTION, a.name)] = a.annotations
+    for c in info.counters.values():
+        kind = Prefix.COUNTER if c.direct_table is None else Prefix.DIRECT_COUNTER
+        symbols[(kind, c.name)] = c.annotations
+    for m in info.meters.values():
+        kind = Prefix.METER if m.direct_table is None else Prefix.DIRECT_METER
+        symbols[(kind, m.name)] = m.annotations
+    for r in info.registers.values():
+        symbols[(Prefix.REGISTER, r.name)] = r.annotations
+    for h in info.controller_headers.values():
+        symbols[(Prefix.CONTROLLER_HEADER, h.name)] = ()
+    for d in info.digests.values():
+        symbols[(Prefix.DIGEST, d.name)] = ()
+
+    ids = _Ids()
+    taken: set[int] = set()
+    for (prefix, name), annotations in symbols.items():
+        explicit = _explicit_id(prefix, name, annotations)
+        if explicit is not None:
+            if explicit in taken:
+                raise ValueError(f"@id {explicit:#x} is assigned to multiple declarations")
+            taken.add(explicit)
+            ids.by_symbol[(prefix, name)] = explicit
+    for prefix in sorted({p for p, _ in symbols}):
+        for name in sorted((n for p, n in symbols if p == prefix and (p, n) not in ids.by_symbol),
+                           key=str.encode):
+            value = jenkins_hash(name)
+            candidate = (prefix << 24) | (value & 0xFFFFFF)
+            while candidate in taken:
+                value = (value + 1) & 0xFFFFFFFF
+                candidate = (prefix << 24) | (value & 0xFFFFFF)
+            taken.add(candidate)
+            ids.by_symbol[(prefix, name)] = candidate
+    return ids
+
+
+def _explicit_id(prefix: int, name: str, annotations: tuple[str, ...]) -> int | None:
+    for a in annotations:
+        if annotation_name(a) != "id":
+            continue
+        text = a.split("(", 1)[1].rsplit(")", 1)[0].strip()
+        try:
+            value = int(text, 0)
+        except ValueError:
+            raise ValueError(f"{name}: @id should be an unsigned integer, got {text!r}") from None
+        top = value >> 24
+        if top not in (0, prefix):
+            raise ValueError(f"{name}: @id {value:#x} has the wrong 8-bit prefix")
+        return value | (prefix << 24)
+    return None
+
+
+class _Aliases:
+    """Shortest unique dot-separated suffix of each name, as p4c computes aliases."""
+
+    def __init__(self) -> None:
+        self._names: set[str] = set()
+        self._count: dict[tuple[str, ...], int] = {}
+
+    def add(self, name: str) -> None:
+        if name in self._names:
+            return
+        self._names.add(name)
+        parts = name.split(".")
+        for n in range(1, len(parts) + 1):
+            suffix = tuple(parts[-n:])
+            self._count[suffix] = self._count.get(suffix, 0) + 1
+
+    def of(self, name: str) -> str:
+        parts = name.split(".")
+        for n in range(1, len(parts) + 1):
+            if self._count[tuple(parts[-n:])] < 2:
+                return ".".join(parts[-n:])
+        return name
+
+
+def _preamble(preamble: p4info_pb2.Preamble, id_: int, name: str, aliases: _Aliases,
+              annotations: tuple[str, ...]) -> None:
+    preamble.id = id_
+    preamble.name = name
+    preamble.alias = aliases.of(name)
+    preamble.annotations.extend(_copied_annotations(annotations))
+    docs = [a for a in annotations if annotation_name(a) in ("brief", "description")]
+    for a in docs:
+        text = a.split("(", 1)[1].rsplit(")", 1)[0].strip().strip('"')
+        setattr(preamble.doc, annotation_name(a), text)
+
+
+def _copied_annotations(annotations: tuple[str, ...]) -> list[str]:
+    return ["@" + a.lstrip("@") for a in annotations if annotation_name(a) not in _NOT_COPIED]
+
+
+def _action_ref_annotations(ref: ActionRef) -> list[str]:
+    out = _copied_annotations(ref.annotations)
+    scope = _SCOPE_ANNOTATION.get(ref.scope)
+    if scope and scope not in out:
+        out.insert(0, scope)
+    return out
+
+
+def _params(container, params: tuple[Param, ...]) -> None:
+    for number, p in enumerate(params, start=1):
+        msg = container.add(id=number, name=p.name, bitwidth=p.bitwidth)
+        msg.annotations.extend(_copied_annotations(p.annotations))

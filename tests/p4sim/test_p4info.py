@@ -1,0 +1,192 @@
+"""P4Info generation checked field by field against what p4c writes for the same objects."""
+from __future__ import annotations
+
+import pytest
+from google.protobuf import text_format
+from p4.config.v1 import p4info_pb2
+
+from p4sim import ir
+from p4sim.p4info import build_p4info, jenkins_hash, to_text
+
+
+def every_kind_program() -> ir.ProgramInfo:
+    """basic.p4's names (so ids can be checked against p4c's output) plus one of everything."""
+    info = ir.ProgramInfo(source_file="every.p4")
+    info.actions = {
+        "NoAction": ir.ActionInfo("NoAction"),
+        "MyIngress.drop": ir.ActionInfo("MyIngress.drop"),
+        "MyIngress.ipv4_forward": ir.ActionInfo(
+            "MyIngress.ipv4_forward",
+            (ir.Param("dstAddr", 48), ir.Param("port", 9, ("@brief(\"out\")",)))),
+        "MyIngress.pinned": ir.ActionInfo("MyIngress.pinned", (), ("@id(0x77)", "@name(\"pinned\")")),
+    }
+    info.tables = {
+        "MyIngress.ipv4_lpm": ir.TableInfo(
+            "MyIngress.ipv4_lpm",
+            (ir.MatchField("hdr.ipv4.dstAddr", 32, "lpm"),),
+            (ir.ActionRef("MyIngress.ipv4_forward"), ir.ActionRef("MyIngress.drop"),
+             ir.ActionRef("NoAction", "DEFAULT_ONLY")),
+            size=1024, default_action="MyIngress.drop",
+            direct_counter="MyIngress.lpm_hits", support_timeout=True),
+        "MyIngress.acl": ir.TableInfo(
+            "MyIngress.acl",
+            (ir.MatchField("hdr.ipv4.srcAddr", 32, "ternary"),
+             ir.MatchField("meta.port", 16, "range"),
+             ir.MatchField("meta.vlan", 12, "optional"),
+             ir.MatchField("hdr.ipv4.protocol", 8, "exact")),
+            (ir.ActionRef("MyIngress.drop", "TABLE_ONLY"), ir.ActionRef("NoAction")),
+            size=64, default_action="NoAction", const_default_action=True,
+            const_entries=(ir.ConstEntry((None, None, None, ("exact", 6)), "MyIngress.drop", ()),),
+            entries_are_const=True, direct_meter="MyIngress.acl_meter"),
+    }
+    info.counters = {
+        "MyIngress.lpm_hits": ir.CounterInfo("MyIngress.lpm_hits", "BOTH",
+                                             direct_table="MyIngress.ipv4_lpm"),
+        "MyIngress.bad_packets": ir.CounterInfo("MyIngress.bad_packets", "PACKETS", size=8),
+    }
+    info.meters = {
+        "MyIngress.acl_meter": ir.MeterInfo("MyIngress.acl_meter", "BYTES",
+                                            direct_table="MyIngress.acl"),
+        "MyIngress.rate": ir.MeterInfo("MyIngress.rate", "PACKETS", size=4),
+    }
+    info.registers = {"MyIngress.sums": ir.RegisterInfo("MyIngress.sums", 32, 256)}
+    info.controller_headers = {
+        "packet_in": ir.ControllerHeader("packet_in", "packet_in_t", (ir.Param("ingress_port", 9),
+                                                                      ir.Param("_pad", 7))),
+        "packet_out": ir.ControllerHeader("packet_out", "packet_out_t", (ir.Param("egress_port", 9),)),
+    }
+    info.digests = {"learn_t": ir.DigestInfo("learn_t", (ir.Param("mac", 48), ir.Param("port", 9)))}
+    return info
+
+
+def hashed(prefix: int, name: str) -> int:
+    return (prefix << 24) | (jenkins_hash(name) & 0xFFFFFF)
+
+
+def by_name(messages) -> dict:
+    return {m.preamble.name: m for m in messages}
+
+
+@pytest.fixture(scope="module")
+def p4info() -> p4info_pb2.P4Info:
+    return build_p4info(every_kind_program())
+
+
+def test_ids_match_p4c_output_for_basic_p4(p4info):
+    # Ids from the P4 tutorials' basic.p4info.txt, written by p4c.
+    tables, actions = by_name(p4info.tables), by_name(p4info.actions)
+    assert tables["MyIngress.ipv4_lpm"].preamble.id == 37375156
+    assert actions["NoAction"].preamble.id == 21257015
+    assert actions["MyIngress.drop"].preamble.id == 25652968
+    assert actions["MyIngress.ipv4_forward"].preamble.id == 28792405
+
+
+def test_id_annotation_gets_type_prefix_and_is_not_copied(p4info):
+    pinned = by_name(p4info.actions)["MyIngress.pinned"]
+    assert pinned.preamble.id == 0x01000077
+    assert list(pinned.preamble.annotations) == []
+
+
+def test_every_resource_type_uses_its_p4ids_prefix(p4info):
+    P = p4info_pb2.P4Ids
+    assert by_name(p4info.counters)["MyIngress.bad_packets"].preamble.id == hashed(P.COUNTER, "MyIngress.bad_packets")
+    assert by_name(p4info.direct_counters)["MyIngress.lpm_hits"].preamble.id == hashed(P.DIRECT_COUNTER, "MyIngress.lpm_hits")
+    assert by_name(p4info.meters)["MyIngress.rate"].preamble.id == hashed(P.METER, "MyIngress.rate")
+    assert by_name(p4info.direct_meters)["MyIngress.acl_meter"].preamble.id == hashed(P.DIRECT_METER, "MyIngress.acl_meter")
+    assert by_name(p4info.registers)["MyIngress.sums"].preamble.id == hashed(P.REGISTER, "MyIngress.sums")
+    assert by_name(p4info.controller_packet_metadata)["packet_in"].preamble.id == hashed(P.CONTROLLER_HEADER, "packet_in")
+    assert by_name(p4info.digests)["learn_t"].preamble.id == hashed(P.DIGEST, "learn_t")
+
+
+def test_aliases_are_shortest_unique_suffixes(p4info):
+    assert by_name(p4info.tables)["MyIngress.ipv4_lpm"].preamble.alias == "ipv4_lpm"
+    assert by_name(p4info.actions)["NoAction"].preamble.alias == "NoAction"
+
+
+def test_alias_keeps_enough_components_to_be_unique():
+    info = ir.ProgramInfo("x.p4")
+    info.actions = {n: ir.ActionInfo(n) for n in ("MyIngress.drop", "MyEgress.drop", "MyEgress.fwd")}
+    actions = by_name(build_p4info(info).actions)
+    assert actions["MyIngress.drop"].preamble.alias == "MyIngress.drop"
+    assert actions["MyEgress.fwd"].preamble.alias == "fwd"
+
+
+def test_hash_collision_probes_to_next_id_in_name_order():
+    # "c.t1626" and "c.t3872" share their low 24 hash bits.
+    assert jenkins_hash("c.t1626") & 0xFFFFFF == jenkins_hash("c.t3872") & 0xFFFFFF
+    info = ir.ProgramInfo("x.p4")
+    info.actions = {n: ir.ActionInfo(n) for n in ("c.t3872", "c.t1626")}
+    actions = by_name(build_p4info(info).actions)
+    first = hashed(p4info_pb2.P4Ids.ACTION, "c.t1626")
+    assert actions["c.t1626"].preamble.id == first
+    assert actions["c.t3872"].preamble.id == first + 1
+
+
+def test_table_fields(p4info):
+    t = by_name(p4info.tables)["MyIngress.acl"]
+    assert [(m.id, m.name, m.bitwidth, m.match_type) for m in t.match_fields] == [
+        (1, "hdr.ipv4.srcAddr", 32, p4info_pb2.MatchField.TERNARY),
+        (2, "meta.port", 16, p4info_pb2.MatchField.RANGE),
+        (3, "meta.vlan", 12, p4info_pb2.MatchField.OPTIONAL),
+        (4, "hdr.ipv4.protocol", 8, p4info_pb2.MatchField.EXACT)]
+    drop, noaction = t.action_refs
+    assert drop.id == 25652968 and drop.scope == p4info_pb2.ActionRef.TABLE_ONLY
+    assert list(drop.annotations) == ["@tableonly"]
+    assert noaction.id == 21257015 and noaction.scope == p4info_pb2.ActionRef.TABLE_AND_DEFAULT
+    assert t.const_default_action_id == 21257015
+    assert t.size == 64
+    assert t.is_const_table and t.has_initial_entries
+    assert list(t.direct_resource_ids) == [by_name(p4info.direct_meters)["MyIngress.acl_meter"].preamble.id]
+    assert t.idle_timeout_behavior == p4info_pb2.Table.NO_TIMEOUT
+
+
+def test_lpm_table_with_timeout_and_direct_counter(p4info):
+    t = by_name(p4info.tables)["MyIngress.ipv4_lpm"]
+    assert t.idle_timeout_behavior == p4info_pb2.Table.NOTIFY_CONTROL
+    assert t.const_default_action_id == 0 and not t.is_const_table
+    assert list(t.direct_resource_ids) == [by_name(p4info.direct_counters)["MyIngress.lpm_hits"].preamble.id]
+    assert list(t.action_refs[2].annotations) == ["@defaultonly"]
+
+
+def test_action_params_numbered_from_one_with_widths(p4info):
+    a = by_name(p4info.actions)["MyIngress.ipv4_forward"]
+    assert [(p.id, p.name, p.bitwidth) for p in a.params] == [(1, "dstAddr", 48), (2, "port", 9)]
+    assert list(a.params[1].annotations) == []    # @brief goes to doc, not annotations
+
+
+def test_counters_meters_registers(p4info):
+    c = by_name(p4info.counters)["MyIngress.bad_packets"]
+    assert (c.spec.unit, c.size) == (p4info_pb2.CounterSpec.PACKETS, 8)
+    dc = by_name(p4info.direct_counters)["MyIngress.lpm_hits"]
+    assert (dc.spec.unit, dc.direct_table_id) == (p4info_pb2.CounterSpec.BOTH, 37375156)
+    m = by_name(p4info.meters)["MyIngress.rate"]
+    assert (m.spec.unit, m.size) == (p4info_pb2.MeterSpec.PACKETS, 4)
+    dm = by_name(p4info.direct_meters)["MyIngress.acl_meter"]
+    assert dm.spec.unit == p4info_pb2.MeterSpec.BYTES
+    assert dm.direct_table_id == by_name(p4info.tables)["MyIngress.acl"].preamble.id
+    r = by_name(p4info.registers)["MyIngress.sums"]
+    assert (r.size, r.type_spec.bitstring.bit.bitwidth) == (256, 32)
+
+
+def test_controller_headers_and_digests(p4info):
+    pin = by_name(p4info.controller_packet_metadata)["packet_in"]
+    assert list(pin.preamble.annotations) == ['@controller_header("packet_in")']
+    assert [(m.id, m.name, m.bitwidth) for m in pin.metadata] == [(1, "ingress_port", 9), (2, "_pad", 7)]
+    d = by_name(p4info.digests)["learn_t"]
+    assert d.type_spec.struct.name == "learn_t"
+    members = p4info.type_info.structs["learn_t"].members
+    assert [(m.name, m.type_spec.bitstring.bit.bitwidth) for m in members] == [("mac", 48), ("port", 9)]
+    assert p4info.pkg_info.arch == "v1model"
+
+
+def test_text_format_round_trips(p4info):
+    text = to_text(p4info)
+    assert text.startswith("# proto-file: p4/config/v1/p4info.proto")
+    assert text_format.Parse(text, p4info_pb2.P4Info()) == p4info
+
+
+def test_id_with_wrong_prefix_is_refused():
+    info = ir.ProgramInfo("x.p4")
+    info.actions = {"a": ir.ActionInfo("a", (), ("@id(0x02000001)",))}
+    with pytest.raises(ValueError, match="wrong 8-bit prefix"):
+        build_p4info(info)
