@@ -1,0 +1,1 @@
+"""Latency model of AllReduce algorithms, its fit to benchmark results, and plots."""

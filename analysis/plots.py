@@ -1,0 +1,88 @@
+"""Plots of measured and modelled AllReduce completion times and INC speedups, as PNG."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+matplotlib.use("Agg")   # files only: no display on a switch host or in CI
+import matplotlib.pyplot as plt
+import numpy as np
+
+from .model import Fabric, predict
+
+COLOURS = {"inc": "tab:blue", "ring": "tab:orange", "tree": "tab:green"}
+
+
+def _sizes(runs: list[dict]) -> np.ndarray:
+    sizes = sorted({r["bytes"] for r in runs})
+    return np.geomspace(sizes[0], sizes[-1], 60)
+
+
+def _by(runs: list[dict], algorithm: str, workers: int) -> list[dict]:
+    return sorted((r for r in runs if r["algorithm"] == algorithm and r["workers"] == workers),
+                  key=lambda r: r["bytes"])
+
+
+def completion_times(runs: list[dict], fabric: Fabric, out: Path) -> None:
+    """Time vs message size per worker count: measured medians (bars: quartiles), model lines."""
+    workers = sorted({r["workers"] for r in runs})
+    fig, axes = plt.subplots(1, len(workers), figsize=(5 * len(workers), 4), squeeze=False)
+    grid = _sizes(runs)
+    for ax, n in zip(axes[0], workers):
+        for alg in ("inc", "ring"):
+            pts = _by(runs, alg, n)
+            if not pts:
+                continue
+            x = [r["bytes"] for r in pts]
+            q = np.array([np.percentile(r["times_s"], [25, 50, 75]) for r in pts])
+            ax.errorbar(x, q[:, 1], yerr=[q[:, 1] - q[:, 0], q[:, 2] - q[:, 1]], fmt="o",
+                        color=COLOURS[alg], label=f"{alg} measured")
+            ax.plot(grid, [predict(fabric, alg, n, s) for s in grid], "-", color=COLOURS[alg],
+                    alpha=0.6, label=f"{alg} model")
+        ax.set(xscale="log", yscale="log", title=f"N = {n} workers",
+               xlabel="message size per worker (bytes)", ylabel="completion time (s)")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(out)
+    plt.close(fig)
+
+
+def speedups(runs: list[dict], fabric: Fabric, out: Path) -> None:
+    """Ring time / INC time vs size: measured points and the fitted model."""
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    grid = _sizes(runs)
+    for i, n in enumerate(sorted({r["workers"] for r in runs})):
+        inc = {r["bytes"]: np.median(r["times_s"]) for r in _by(runs, "inc", n)}
+        ring = {r["bytes"]: np.median(r["times_s"]) for r in _by(runs, "ring", n)}
+        both = sorted(inc.keys() & ring.keys())
+        colour = f"C{i}"
+        ax.plot(both, [ring[s] / inc[s] for s in both], "o", color=colour, label=f"N={n} measured")
+        ax.plot(grid, [predict(fabric, "ring", n, s) / predict(fabric, "inc", n, s) for s in grid],
+                "-", color=colour, alpha=0.6, label=f"N={n} model")
+    ax.axhline(1.0, color="grey", lw=0.8)
+    ax.set(xscale="log", xlabel="message size per worker (bytes)", ylabel="speedup of INC over ring",
+           title="In-network AllReduce vs host ring, same fabric")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(ncol=2)
+    fig.tight_layout()
+    fig.savefig(out)
+    plt.close(fig)
+
+
+def fabric_speedups(fabric: Fabric, workers: list[int], sizes: np.ndarray, title: str, out: Path) -> None:
+    """Predicted speedup of INC over ring and tree on a described fabric."""
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for i, n in enumerate(workers):
+        inc = np.array([predict(fabric, "inc", n, s) for s in sizes])
+        for alg, style in (("ring", "-"), ("tree", "--")):
+            other = np.array([predict(fabric, alg, n, s) for s in sizes])
+            ax.plot(sizes, other / inc, style, color=f"C{i}", label=f"N={n}: {alg} / INC")
+    ax.axhline(1.0, color="grey", lw=0.8)
+    ax.set(xscale="log", yscale="log", xlabel="message size per worker (bytes)",
+           ylabel="predicted speedup of INC", title=title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out)
+    plt.close(fig)
