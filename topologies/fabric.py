@@ -1,0 +1,197 @@
+"""A running Mininet fabric built from a Topology: hosts in network namespaces wired by
+veth pairs to P4Runtime switch nodes, with optional loss and duplication on host links
+(nftables in each host's namespace, since this kernel has no netem).
+"""
+from __future__ import annotations
+
+import logging
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mininet.link import Link, TCLink
+from mininet.net import Mininet
+from mininet.node import Host
+from mininet.topo import Topo
+
+from topologies.procs import Recorded, end, record
+from topologies.spec import Topology
+from topologies.switches import switch_class
+
+log = logging.getLogger(__name__)
+
+TOPOLOGY_FILE = "topology.json"
+
+
+class FabricError(RuntimeError):
+    """The fabric could not be built or configured; the message says which step."""
+
+
+@dataclass(frozen=True)
+class Impairment:
+    """Random loss on every host link, both directions, and duplication host -> switch."""
+    loss_pct: float = 0.0
+    duplicate_pct: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name, pct in (("loss", self.loss_pct), ("duplicate", self.duplicate_pct)):
+            if not 0.0 <= pct < 100.0:
+                raise FabricError(f"{name} must be a percentage in [0, 100), not {pct}")
+
+    def nft_ruleset(self, intf: str) -> str:
+        """An nftables netdev table on `intf`; it sees raw-socket frames too, unlike iptables."""
+        # numgen draws 0..9999 per packet: percentages to 0.01 %.
+        def below(pct: float) -> str:
+            return f"numgen random mod 10000 < {round(pct * 100)}"
+        egress = [f"{below(self.loss_pct)} drop"] if self.loss_pct else []
+        egress += [f'{below(self.duplicate_pct)} dup to "{intf}"'] if self.duplicate_pct else []
+        ingress = [f"{below(self.loss_pct)} drop"] if self.loss_pct else []
+        lines = ["table netdev p4inc_impair {"]
+        for hook, rules in (("egress", egress), ("ingress", ingress)):
+            lines += [f"  chain {hook} {{", f'    type filter hook {hook} device "{intf}" priority 0;',
+                      *(f"    {rule}" for rule in rules), "  }"]
+        return "\n".join(lines + ["}", ""])
+
+
+@dataclass(frozen=True)
+class FabricOptions:
+    target: str = "p4sim"
+    build_dir: Path = Path("build")
+    pcap: bool = False
+    log_console: bool = False
+    static_arp: bool = False            # all-pairs ARP entries, for programs that drop ARP
+    impairment: Impairment | None = None
+
+    @property
+    def log_dir(self) -> Path:
+        return self.build_dir / "logs"
+
+    @property
+    def pcap_dir(self) -> Path | None:
+        return self.build_dir / "pcaps" if self.pcap else None
+
+    @property
+    def run_dir(self) -> Path:
+        return self.build_dir / "run"
+
+    @property
+    def topology_path(self) -> Path:
+        return self.build_dir / TOPOLOGY_FILE
+
+
+@dataclass
+class Fabric:
+    """Builds and starts the network; `stop()` (or leaving the `with`) ends everything it started."""
+    topo: Topology
+    options: FabricOptions = field(default_factory=FabricOptions)
+    net: Mininet | None = None
+    _children: list[tuple[subprocess.Popen, Recorded]] = field(default_factory=list)
+
+    def __enter__(self) -> Fabric:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        """Write the topology file, create hosts and links, start switches, configure hosts."""
+        self.topo.dump(self.options.topology_path)
+        cls = switch_class(self.options.target)
+        self.net = Mininet(topo=_MininetTopo(self.topo, self.options), switch=cls, controller=None,
+                           autoSetMacs=False, build=False)
+        self.net.build()
+        for node in self.net.hosts + self.net.switches:
+            record(self.options.run_dir, f"shell-{node.name}", node.pid, f"mininet:{node.name}")
+        self._quiet_interfaces()
+        self.net.start()
+        if self.options.static_arp:
+            self.net.staticArp()
+        if self.options.impairment:
+            for spec in self.topo.hosts.values():
+                self._impair(spec.name, spec.intf, self.options.impairment)
+
+    def stop(self) -> None:
+        for proc, rec in self._children:
+            if proc.poll() is None:
+                log.info("stopping %s (pid %d)", rec.marker, proc.pid)
+            end(rec)
+            proc.wait()
+        self._children.clear()
+        if self.net is not None:
+            try:
+                self.net.stop()
+            finally:
+                for node in self.net.hosts + self.net.switches:
+                    (self.options.run_dir / f"shell-{node.name}.pid").unlink(missing_ok=True)
+                self.net = None
+
+    def host(self, name: str) -> Host:
+        if self.net is None:
+            raise FabricError("the fabric is not running")
+        return self.net[name]
+
+    def run_host_commands(self) -> None:
+        """Run each host's `commands` from the topology, in its namespace; stop at the first failure."""
+        for spec in self.topo.hosts.values():
+            for command in spec.commands:
+                self.sh(spec.name, command)
+
+    def sh(self, host: str, command: str) -> str:
+        """Run a shell command in a host; return its output, raise FabricError if it fails."""
+        out = self.host(host).cmd(f"{command}; echo __rc=$?")
+        text, _, rc = out.rstrip().rpartition("__rc=")
+        if rc.strip() != "0":
+            raise FabricError(f"{host}: `{command}` failed (exit {rc.strip()}): {text.strip()}")
+        return text
+
+    def popen(self, host: str, args: list[str], **kwargs) -> subprocess.Popen:
+        """Start a process in a host's namespace; `stop()` ends it if it is still running."""
+        proc = self.host(host).popen(args, **kwargs)
+        rec = record(self.options.run_dir, f"{host}-{proc.pid}", proc.pid, " ".join(args))
+        self._children.append((proc, rec))
+        return proc
+
+    def _quiet_interfaces(self) -> None:
+        """Offloads off (veths fill checksums lazily) and IPv6 off (no stray RS/MLD frames)."""
+        for node in self.net.hosts:
+            node.cmd("sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1 "
+                     "net.ipv6.conf.lo.disable_ipv6=1")
+        for node in self.net.hosts + self.net.switches:
+            for intf in node.intfList():
+                if intf.name == "lo":
+                    continue
+                node.cmd(f"ethtool -K {intf.name} rx off tx off sg off >/dev/null 2>&1")
+                if node in self.net.switches:
+                    node.cmd(f"sysctl -qw net.ipv6.conf.{intf.name}.disable_ipv6=1")
+
+    def _impair(self, host: str, intf: str, impairment: Impairment) -> None:
+        proc = self.host(host).popen(["nft", "-f", "-"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True)
+        out, _ = proc.communicate(impairment.nft_ruleset(intf))
+        if proc.returncode != 0:
+            raise FabricError(f"{host}: cannot set loss/duplication on {intf} with nft: {out.strip()}")
+
+
+class _MininetTopo(Topo):
+    """Our Topology in Mininet's terms: a switch's port N is `sN-ethN`, a host's link is its eth0."""
+
+    def __init__(self, topo: Topology, options: FabricOptions) -> None:
+        self.spec, self.options = topo, options
+        super().__init__()
+
+    def build(self) -> None:
+        opts = self.options
+        for h in self.spec.hosts.values():
+            self.addHost(h.name, ip=h.ip, mac=h.mac)
+        for s in self.spec.switches.values():
+            self.addSwitch(s.name, grpc_addr=s.grpc_addr, device_id=s.device_id, thrift_port=s.thrift_port,
+                           cpu_port=s.cpu_port, log_dir=opts.log_dir, run_dir=opts.run_dir,
+                           pcap_dir=opts.pcap_dir, log_console=opts.log_console)
+        for link in self.spec.links:
+            shaped = {"cls": TCLink, "delay": link.delay, "bw": link.bw} if link.delay or link.bw else {"cls": Link}
+            self.addLink(link.a.node, link.b.node, port1=link.a.port or 0, port2=link.b.port or 0, **shaped)

@@ -1,0 +1,154 @@
+"""Mininet switch nodes that run a P4Runtime target in the root namespace on their ports:
+p4sim (`python -m p4sim`, the default) or BMv2's `simple_switch_grpc`, chosen by TARGET.
+Both start with no pipeline (`--no-p4`); the controller pushes it over P4Runtime.
+"""
+from __future__ import annotations
+
+import logging
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import IO
+
+from mininet.node import Switch
+
+from topologies.procs import Recorded, end_child, record
+from topologies.spec import CPU_PORT
+
+log = logging.getLogger(__name__)
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+TARGETS = ("p4sim", "bmv2")
+START_TIMEOUT_S = 60.0
+_LOG_TAIL_LINES = 15
+
+
+class SwitchError(RuntimeError):
+    """A switch target that is missing, or that did not come up."""
+
+
+class P4RuntimeSwitch(Switch):
+    """A switch whose data plane is a target process serving P4Runtime on `grpc_addr`."""
+
+    target = ""
+    marker = ""          # in the target's command line: guards `make stop` against pid reuse
+
+    def __init__(self, name: str, *, grpc_addr: str, device_id: int, thrift_port: int,
+                 log_dir: Path, run_dir: Path, cpu_port: int = CPU_PORT, pcap_dir: Path | None = None,
+                 log_console: bool = False, **params) -> None:
+        super().__init__(name, **params)
+        self.grpc_addr = grpc_addr
+        self.device_id = device_id
+        self.thrift_port = thrift_port
+        self.cpu_port = cpu_port
+        self.log_path = Path(log_dir) / f"{name}.log"
+        self.run_dir = Path(run_dir)
+        self.pcap_dir = Path(pcap_dir) if pcap_dir else None
+        self.log_console = log_console
+        self.proc: subprocess.Popen | None = None
+        self._log_file: IO[bytes] | None = None
+        self._pidfile: Recorded | None = None
+
+    def ports(self) -> list[tuple[int, str]]:
+        """Data-plane ports as (port number, interface name); the control `lo` is not one."""
+        return sorted((port, intf.name) for port, intf in self.intfs.items() if intf.name != "lo")
+
+    def command(self) -> list[str]:
+        raise NotImplementedError
+
+    def start(self, controllers: list) -> None:
+        cmd = self.command()
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        if self.pcap_dir:
+            self.pcap_dir.mkdir(parents=True, exist_ok=True)
+        log.info("%s: starting %s", self.name, " ".join(cmd))
+        self._log_file = self.log_path.open("wb")
+        # A new session keeps Ctrl-C in the terminal away from the switch: the runner stops it.
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self._log_file,
+                                     stderr=subprocess.STDOUT, cwd=REPO_ROOT, start_new_session=True)
+        self._pidfile = record(self.run_dir, self.name, self.proc.pid, self.marker)
+        self._wait_ready()
+
+    def stop(self, deleteIntfs: bool = True) -> None:
+        if self.proc is not None:
+            log.info("%s: stopping %s (pid %d)", self.name, self.target, self.proc.pid)
+            end_child(self.proc)
+            self.proc = None
+        if self._pidfile is not None:
+            self._pidfile.path.unlink(missing_ok=True)
+            self._pidfile = None
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
+        super().stop(deleteIntfs)
+
+    def _wait_ready(self) -> None:
+        host, _, port = self.grpc_addr.rpartition(":")
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            rc = self.proc.poll()
+            if rc is not None:
+                raise SwitchError(f"{self.name}: {self.target} exited with code {rc} while starting; "
+                                  f"last lines of {self.log_path}:\n{self.log_tail()}")
+            try:
+                with socket.create_connection((host, int(port)), timeout=0.5):
+                    log.info("%s: %s serves P4Runtime on %s", self.name, self.target, self.grpc_addr)
+                    return
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise SwitchError(f"{self.name}: {self.target} did not open {self.grpc_addr} within "
+                                      f"{START_TIMEOUT_S:.0f} s; see {self.log_path}") from None
+                time.sleep(0.1)
+
+    def log_tail(self) -> str:
+        if self._log_file is not None:
+            self._log_file.flush()
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-_LOG_TAIL_LINES:])
+        except OSError:
+            return "(no log)"
+
+    def _interface_args(self) -> list[str]:
+        return [arg for port, name in self.ports() for arg in ("-i", f"{port}@{name}")]
+
+    def _debug_args(self) -> list[str]:
+        return (["--pcap", str(self.pcap_dir)] if self.pcap_dir else []) + (
+            ["--log-console"] if self.log_console else [])
+
+
+class P4SimSwitch(P4RuntimeSwitch):
+    """p4sim, our embedded v1model target: `python -m p4sim` with simple_switch_grpc's flags."""
+
+    target = "p4sim"
+    marker = "-m p4sim"
+
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", "p4sim", *self._interface_args(),
+                "--device-id", str(self.device_id), "--grpc-server-addr", self.grpc_addr,
+                "--cpu-port", str(self.cpu_port), *self._debug_args(), "--no-p4"]
+
+
+class BMv2Switch(P4RuntimeSwitch):
+    """BMv2's simple_switch_grpc, the reference target, where it is installed."""
+
+    target = "bmv2"
+    marker = binary = "simple_switch_grpc"
+
+    def command(self) -> list[str]:
+        path = shutil.which(self.binary)
+        if path is None:
+            raise SwitchError(f"{self.binary} is not installed (not on PATH): install BMv2, "
+                              "or use the embedded target with TARGET=p4sim")
+        return [path, *self._interface_args(), "--device-id", str(self.device_id),
+                "--thrift-port", str(self.thrift_port), *self._debug_args(), "--no-p4",
+                "--", "--grpc-server-addr", self.grpc_addr, "--cpu-port", str(self.cpu_port)]
+
+
+def switch_class(target: str) -> type[P4RuntimeSwitch]:
+    classes = {"p4sim": P4SimSwitch, "bmv2": BMv2Switch}
+    if target not in classes:
+        raise SwitchError(f"unknown target {target!r}; choose one of {', '.join(TARGETS)}")
+    return classes[target]
