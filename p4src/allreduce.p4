@@ -1,0 +1,580 @@
+/* -*- P4_16 -*- */
+// In-network AllReduce for v1model, after SwitchML: workers send K-element chunks of a
+// tensor to the switch's aggregator address; the switch sums them per slot in registers
+// and multicasts the result. Everything else is forwarded as ordinary L2 traffic.
+// Wire format and algorithm: docs/protocol.md.
+#include <core.p4>
+#include <v1model.p4>
+
+/*************************************************************************
+ ***************************  C O N S T A N T S  *************************
+ *************************************************************************/
+
+const bit<16> TYPE_IPV4 = 0x0800;
+const bit<16> TYPE_ARP  = 0x0806;
+const bit<8>  PROTO_UDP = 17;
+const bit<16> ARP_REQUEST = 1;
+const bit<16> ARP_REPLY   = 2;
+
+// The aggregator: workers send UDP to this address and port; the switch answers ARP for it.
+const bit<32> AGG_IP   = 0x0A0000FE;      // 10.0.0.254
+const bit<48> AGG_MAC  = 0x0200000000FE;  // 02:00:00:00:00:fe
+const bit<16> INC_PORT = 48879;           // 0xBEEF
+
+const bit<4> INC_VERSION = 1;
+const bit<4> OP_CONTRIB  = 1;   // worker -> switch: one worker's chunk
+const bit<4> OP_RESULT   = 2;   // switch -> worker: the sum of all workers' chunks
+
+const bit<8> FLAG_OVERFLOW = 0x01;  // some element's int32 sum wrapped, or a worker said its values did not fit
+const bit<8> FLAG_RESENT   = 0x02;  // a stored result sent again to one worker
+
+#define INC_K 32                 // elements per packet (SwitchML: 32 x 32 bit = 256 B)
+const bit<32> POOL_SIZE   = 512;               // slots per version, shared by all jobs
+const bit<32> SLOT_COUNT  = 2 * POOL_SIZE;     // register entries: version * POOL_SIZE + slot
+const bit<32> VALUE_COUNT = SLOT_COUNT * INC_K;
+
+/*************************************************************************
+ ****************************  H E A D E R S  ****************************
+ *************************************************************************/
+
+header ethernet_t {
+    bit<48> dstAddr;
+    bit<48> srcAddr;
+    bit<16> etherType;
+}
+
+header arp_t {
+    bit<16> htype;
+    bit<16> ptype;
+    bit<8>  hlen;
+    bit<8>  plen;
+    bit<16> oper;
+    bit<48> sha;
+    bit<32> spa;
+    bit<48> tha;
+    bit<32> tpa;
+}
+
+header ipv4_t {
+    bit<4>  version;
+    bit<4>  ihl;
+    bit<8>  diffserv;
+    bit<16> totalLen;
+    bit<16> identification;
+    bit<3>  flags;
+    bit<13> fragOffset;
+    bit<8>  ttl;
+    bit<8>  protocol;
+    bit<16> hdrChecksum;
+    bit<32> srcAddr;
+    bit<32> dstAddr;
+}
+
+header udp_t {
+    bit<16> srcPort;
+    bit<16> dstPort;
+    bit<16> len;
+    bit<16> checksum;
+}
+
+// 16 bytes. Field meanings and the host's side: docs/protocol.md.
+header inc_t {
+    bit<4>  version;       // INC_VERSION
+    bit<4>  opcode;        // OP_CONTRIB or OP_RESULT
+    bit<8>  flags;         // FLAG_*; a result carries the OR of its contributions' flags
+    bit<16> job_id;
+    bit<8>  worker_id;     // 0..31: a bit in the slot's contributor bitmap
+    bit<8>  count;         // meaningful elements, 1..K; the rest are zero padding
+    bit<1>  pool_version;  // which of the slot's two copies (flips on each reuse)
+    bit<15> slot;          // slot index within the job's range
+    bit<32> seq;           // chunk sequence number within the job, increasing
+    bit<8>  scale;         // int8: elements are round(x * 2^scale); carried unchanged
+    bit<8>  need;          // int8: exponent the sender needs; a result carries the max
+    bit<16> reserved;      // zero
+}
+
+header inc_data_t {
+    bit<32> e0;  bit<32> e1;  bit<32> e2;  bit<32> e3;
+    bit<32> e4;  bit<32> e5;  bit<32> e6;  bit<32> e7;
+    bit<32> e8;  bit<32> e9;  bit<32> e10; bit<32> e11;
+    bit<32> e12; bit<32> e13; bit<32> e14; bit<32> e15;
+    bit<32> e16; bit<32> e17; bit<32> e18; bit<32> e19;
+    bit<32> e20; bit<32> e21; bit<32> e22; bit<32> e23;
+    bit<32> e24; bit<32> e25; bit<32> e26; bit<32> e27;
+    bit<32> e28; bit<32> e29; bit<32> e30; bit<32> e31;
+}
+
+// P4 has no loops: the per-element register steps below are written once and
+// applied to the K element fields with this list.
+#define FOR_EACH_ELEMENT(X) \
+    X(0)  X(1)  X(2)  X(3)  X(4)  X(5)  X(6)  X(7)  \
+    X(8)  X(9)  X(10) X(11) X(12) X(13) X(14) X(15) \
+    X(16) X(17) X(18) X(19) X(20) X(21) X(22) X(23) \
+    X(24) X(25) X(26) X(27) X(28) X(29) X(30) X(31)
+
+struct headers_t {
+    ethernet_t ethernet;
+    arp_t      arp;
+    ipv4_t     ipv4;
+    udp_t      udp;
+    inc_t      inc;
+    inc_data_t inc_data;
+}
+
+struct metadata_t {
+    // from the job table
+    bit<8>  num_workers;
+    bit<16> mcast_grp;
+    bit<16> slot_base;
+    bit<16> num_slots;
+    // the slot's state, read from registers
+    bit<32> slot;            // register index: version * POOL_SIZE + slot_base + slot
+    bit<32> value_base;      // slot * K, index of element 0 in slot_values
+    bit<32> worker_bit;
+    bit<32> seen;
+    bit<8>  count;
+    bit<32> stored_seq;
+    bit<8>  flags;
+    bit<8>  need;
+    bit<32> overflow_bits;   // bit 31 set if any element's signed add overflowed
+    // for egress
+    bit<9>  ingress_port;
+    bool    flooded;         // prune the ingress port from the flood group
+    bool    inc_reply;       // an INC result: egress addresses it to one worker
+    bool    inc_multicast;   // ... the worker named by the replica's rid
+    bit<8>  dest_worker;     // ... else this worker
+}
+
+/*************************************************************************
+ ****************************  P A R S E R  ******************************
+ *************************************************************************/
+
+// A truncated packet ends the parse with PacketTooShort and leaves the header it
+// could not extract invalid; ingress drops INC packets whose headers are not all valid.
+parser MyParser(packet_in packet,
+                out headers_t hdr,
+                inout metadata_t meta,
+                inout standard_metadata_t standard_metadata) {
+    state start {
+        packet.extract(hdr.ethernet);
+        transition select(hdr.ethernet.etherType) {
+            TYPE_IPV4: parse_ipv4;
+            TYPE_ARP:  parse_arp;
+            default:   accept;
+        }
+    }
+    state parse_arp {
+        packet.extract(hdr.arp);
+        transition accept;
+    }
+    state parse_ipv4 {
+        packet.extract(hdr.ipv4);
+        transition select(hdr.ipv4.ihl, hdr.ipv4.protocol) {
+            (5, PROTO_UDP): parse_udp;
+            default:        accept;
+        }
+    }
+    state parse_udp {
+        packet.extract(hdr.udp);
+        transition select(hdr.udp.dstPort) {
+            INC_PORT: parse_inc;
+            default:  accept;
+        }
+    }
+    state parse_inc {
+        packet.extract(hdr.inc);
+        packet.extract(hdr.inc_data);
+        transition accept;
+    }
+}
+
+/*************************************************************************
+ ************   C H E C K S U M    V E R I F I C A T I O N   *************
+ *************************************************************************/
+
+control MyVerifyChecksum(inout headers_t hdr, inout metadata_t meta) {
+    apply {
+        verify_checksum(hdr.ipv4.isValid(),
+            { hdr.ipv4.version, hdr.ipv4.ihl, hdr.ipv4.diffserv, hdr.ipv4.totalLen,
+              hdr.ipv4.identification, hdr.ipv4.flags, hdr.ipv4.fragOffset, hdr.ipv4.ttl,
+              hdr.ipv4.protocol, hdr.ipv4.srcAddr, hdr.ipv4.dstAddr },
+            hdr.ipv4.hdrChecksum, HashAlgorithm.csum16);
+    }
+}
+
+/*************************************************************************
+ **************  I N G R E S S   P R O C E S S I N G   *******************
+ *************************************************************************/
+
+control MyIngress(inout headers_t hdr,
+                  inout metadata_t meta,
+                  inout standard_metadata_t standard_metadata) {
+
+    // One counter per reason a packet is dropped or answered.
+    counter(1, CounterType.packets) malformed_drops;       // truncated, bad checksum/ihl/opcode, count 0 or > K
+    counter(1, CounterType.packets) bad_version_drops;     // INC version we do not speak
+    counter(1, CounterType.packets) unknown_job_drops;     // job id not in inc_job
+    counter(1, CounterType.packets) spoofed_worker_drops;  // (job, worker) not admitted on this ingress port
+    counter(1, CounterType.packets) slot_range_drops;      // slot outside the job's range
+    counter(1, CounterType.packets) stale_drops;           // seq of another round than the slot's current one
+    counter(1, CounterType.packets) duplicate_drops;       // worker already counted, round not complete
+    counter(1, CounterType.packets) contributions;         // contributions added into a slot
+    counter(1, CounterType.packets) results_multicast;     // completed slots multicast to their job
+    counter(1, CounterType.packets) results_resent;        // stored results sent again to one worker
+    counter(1, CounterType.packets) arp_replies;           // ARP requests for AGG_IP answered
+    counter(1, CounterType.packets) l2_miss_drops;         // no l2_forward entry for the destination MAC
+
+    // The state of each slot's current round; index = version * POOL_SIZE + slot.
+    register<bit<32>>(SLOT_COUNT)  slot_seen;    // bitmap of workers counted this round
+    register<bit<8>>(SLOT_COUNT)   slot_count;   // how many; == num_workers: complete
+    register<bit<32>>(SLOT_COUNT)  slot_seq;     // the round's chunk seq
+    register<bit<8>>(SLOT_COUNT)   slot_flags;   // OR of flags, plus FLAG_OVERFLOW from the adds
+    register<bit<8>>(SLOT_COUNT)   slot_need;    // max of the contributions' need
+    register<bit<32>>(VALUE_COUNT) slot_values;  // the partial sums, index slot * K + element
+
+    action drop() {
+        mark_to_drop(standard_metadata);
+    }
+    action drop_malformed() {
+        malformed_drops.count(0);
+        mark_to_drop(standard_metadata);
+    }
+    action drop_bad_version() {
+        bad_version_drops.count(0);
+        mark_to_drop(standard_metadata);
+    }
+
+    /*** Ordinary traffic ***/
+
+    action l2_forward_to(bit<9> port) {
+        standard_metadata.egress_spec = port;
+    }
+    action l2_flood(bit<16> mcast_grp) {
+        standard_metadata.mcast_grp = mcast_grp;
+        meta.flooded = true;
+    }
+    action drop_l2_miss() {
+        l2_miss_drops.count(0);
+        mark_to_drop(standard_metadata);
+    }
+    table l2_forward {
+        key = { hdr.ethernet.dstAddr : exact; }
+        actions = { l2_forward_to; l2_flood; drop_l2_miss; }
+        default_action = drop_l2_miss();
+        size = 1024;
+    }
+
+    // Hosts resolve the aggregator's IP with ARP like any neighbour's.
+    action answer_arp_for_aggregator() {
+        hdr.ethernet.dstAddr = hdr.ethernet.srcAddr;
+        hdr.ethernet.srcAddr = AGG_MAC;
+        hdr.arp.oper = ARP_REPLY;
+        hdr.arp.tha = hdr.arp.sha;
+        hdr.arp.tpa = hdr.arp.spa;
+        hdr.arp.sha = AGG_MAC;
+        hdr.arp.spa = AGG_IP;
+        standard_metadata.egress_spec = standard_metadata.ingress_port;
+        arp_replies.count(0);
+    }
+
+    /*** Admission: the job and the worker, both installed by the controller ***/
+
+    action set_job(bit<8> num_workers, bit<16> mcast_grp, bit<16> slot_base, bit<16> num_slots) {
+        meta.num_workers = num_workers;
+        meta.mcast_grp = mcast_grp;
+        meta.slot_base = slot_base;
+        meta.num_slots = num_slots;
+    }
+    action drop_unknown_job() {
+        unknown_job_drops.count(0);
+        mark_to_drop(standard_metadata);
+    }
+    table inc_job {
+        key = { hdr.inc.job_id : exact; }
+        actions = { set_job; drop_unknown_job; }
+        const default_action = drop_unknown_job();
+        size = 64;
+    }
+
+    // A worker id is only accepted on the port its worker is cabled to, so a host
+    // cannot contribute (or ask for results) as another worker or another job.
+    action admit_worker() {
+        meta.worker_bit = (bit<32>)1 << hdr.inc.worker_id;
+    }
+    action drop_spoofed_worker() {
+        spoofed_worker_drops.count(0);
+        mark_to_drop(standard_metadata);
+    }
+    table inc_worker {
+        key = {
+            hdr.inc.job_id                 : exact;
+            hdr.inc.worker_id              : exact;
+            standard_metadata.ingress_port : exact;
+        }
+        actions = { admit_worker; drop_spoofed_worker; }
+        const default_action = drop_spoofed_worker();
+        size = 1024;
+    }
+
+    action drop_slot_out_of_range() {
+        slot_range_drops.count(0);
+        mark_to_drop(standard_metadata);
+    }
+
+    /*** Aggregation, per slot (the SwitchML scheme with round numbers) ***/
+
+    action read_slot() {
+        slot_seen.read(meta.seen, meta.slot);
+        slot_count.read(meta.count, meta.slot);
+        slot_seq.read(meta.stored_seq, meta.slot);
+        slot_flags.read(meta.flags, meta.slot);
+        slot_need.read(meta.need, meta.slot);
+    }
+
+    // The first contribution of a round overwrites whatever the slot held, so a
+    // finished round needs no clearing.
+#define STORE_ELEMENT(i) slot_values.write(meta.value_base + i, hdr.inc_data.e##i);
+    action start_round() {
+        meta.seen = meta.worker_bit;
+        meta.count = 1;
+        meta.flags = hdr.inc.flags & FLAG_OVERFLOW;
+        meta.need = hdr.inc.need;
+        slot_seq.write(meta.slot, hdr.inc.seq);
+        FOR_EACH_ELEMENT(STORE_ELEMENT)
+        contributions.count(0);
+    }
+
+    // Signed overflow of s = a + b: a and b have the same sign and s the other one,
+    // i.e. bit 31 of (a ^ s) & (b ^ s). The packet is left holding the partial sum.
+#define ADD_ELEMENT(i)                                                         \
+        slot_values.read(stored, meta.value_base + i);                         \
+        sum = stored + hdr.inc_data.e##i;                                      \
+        meta.overflow_bits = meta.overflow_bits | ((stored ^ sum) & (hdr.inc_data.e##i ^ sum)); \
+        slot_values.write(meta.value_base + i, sum);                           \
+        hdr.inc_data.e##i = sum;
+    action add_contribution() {
+        bit<32> stored;
+        bit<32> sum;
+        meta.overflow_bits = 0;
+        FOR_EACH_ELEMENT(ADD_ELEMENT)
+        meta.seen = meta.seen | meta.worker_bit;
+        meta.count = meta.count + 1;
+        meta.flags = meta.flags | (hdr.inc.flags & FLAG_OVERFLOW)
+                     | (meta.overflow_bits[31:31] == 1 ? FLAG_OVERFLOW : 8w0);
+        meta.need = ((int<8>)hdr.inc.need > (int<8>)meta.need) ? hdr.inc.need : meta.need;
+        contributions.count(0);
+    }
+
+    action write_slot() {
+        slot_seen.write(meta.slot, meta.seen);
+        slot_count.write(meta.slot, meta.count);
+        slot_flags.write(meta.slot, meta.flags);
+        slot_need.write(meta.slot, meta.need);
+    }
+
+    // The packet holds the sum now: it becomes the result, one copy per worker.
+    action multicast_result() {
+        hdr.inc.opcode = OP_RESULT;
+        hdr.inc.flags = meta.flags;
+        hdr.inc.need = meta.need;
+        standard_metadata.mcast_grp = meta.mcast_grp;
+        meta.inc_reply = true;
+        meta.inc_multicast = true;
+        results_multicast.count(0);
+    }
+
+    // A worker that lost the result retransmits: send it the stored result alone.
+#define LOAD_ELEMENT(i) slot_values.read(hdr.inc_data.e##i, meta.value_base + i);
+    action resend_result() {
+        FOR_EACH_ELEMENT(LOAD_ELEMENT)
+        hdr.inc.opcode = OP_RESULT;
+        hdr.inc.flags = meta.flags | FLAG_RESENT;
+        hdr.inc.need = meta.need;
+        standard_metadata.egress_spec = standard_metadata.ingress_port;
+        meta.inc_reply = true;
+        meta.dest_worker = hdr.inc.worker_id;
+        results_resent.count(0);
+    }
+
+    action drop_duplicate() {
+        duplicate_drops.count(0);
+        mark_to_drop(standard_metadata);
+    }
+    action drop_stale() {
+        stale_drops.count(0);
+        mark_to_drop(standard_metadata);
+    }
+    // Not the last contribution: it lives on in the registers.
+    action consume() {
+        mark_to_drop(standard_metadata);
+    }
+
+    apply {
+        meta.ingress_port = standard_metadata.ingress_port;
+
+        if (hdr.arp.isValid()) {
+            if (hdr.arp.oper == ARP_REQUEST && hdr.arp.tpa == AGG_IP) {
+                answer_arp_for_aggregator();
+                return;
+            }
+        }
+        if (!hdr.ipv4.isValid() || hdr.ipv4.dstAddr != AGG_IP) {
+            l2_forward.apply();
+            return;
+        }
+
+        // Addressed to the aggregator: it must be a whole, well-formed contribution.
+        // Every check comes before the first register access.
+        if (!hdr.udp.isValid() || hdr.udp.dstPort != INC_PORT
+                || !hdr.inc.isValid() || !hdr.inc_data.isValid()
+                || standard_metadata.checksum_error == 1) {
+            drop_malformed();
+            return;
+        }
+        if (hdr.inc.version != INC_VERSION) {
+            drop_bad_version();
+            return;
+        }
+        if (hdr.inc.opcode != OP_CONTRIB || hdr.inc.count == 0 || hdr.inc.count > INC_K) {
+            drop_malformed();
+            return;
+        }
+        if (!inc_job.apply().hit) {
+            return;
+        }
+        if (!inc_worker.apply().hit) {
+            return;
+        }
+        if ((bit<16>)hdr.inc.slot >= meta.num_slots
+                || (bit<32>)meta.slot_base + (bit<32>)hdr.inc.slot >= POOL_SIZE) {
+            drop_slot_out_of_range();
+            return;
+        }
+
+        // Each slot has two copies; a worker flips pool_version each time it reuses the
+        // slot, so the previous round's result stays available for retransmissions
+        // while the next round fills the other copy.
+        meta.slot = (bit<32>)meta.slot_base + (bit<32>)hdr.inc.slot;
+        if (hdr.inc.pool_version == 1) {
+            meta.slot = meta.slot + POOL_SIZE;
+        }
+        meta.value_base = meta.slot * INC_K;
+        read_slot();
+
+        // A round is identified by its seq. A complete slot starts a new round only for
+        // a newer seq (serial-number order), so a late duplicate of an old round
+        // cannot overwrite a result other workers may still need.
+        bit<32> seq_delta = hdr.inc.seq - meta.stored_seq;
+        bool complete = meta.count >= meta.num_workers;
+        if (meta.count == 0 || (complete && seq_delta != 0 && seq_delta[31:31] == 0)) {
+            start_round();
+        } else if (seq_delta != 0) {
+            drop_stale();
+            return;
+        } else if ((meta.seen & meta.worker_bit) != 0) {
+            if (complete) {
+                resend_result();
+            } else {
+                drop_duplicate();
+            }
+            return;
+        } else {
+            add_contribution();
+        }
+        write_slot();
+        if (meta.count == meta.num_workers) {
+            multicast_result();
+        } else {
+            consume();
+        }
+    }
+}
+
+/*************************************************************************
+ ****************  E G R E S S   P R O C E S S I N G   *******************
+ *************************************************************************/
+
+control MyEgress(inout headers_t hdr,
+                 inout metadata_t meta,
+                 inout standard_metadata_t standard_metadata) {
+
+    counter(1, CounterType.packets) unknown_worker_addr_drops;  // result for a worker without inc_worker_addr
+
+    // A result leaves from the aggregator's address to the worker's. UDP checksum 0
+    // (none) is valid for IPv4 and saves summing the payload.
+    action set_worker_addr(bit<48> mac, bit<32> ip, bit<16> udp_port) {
+        hdr.ethernet.srcAddr = AGG_MAC;
+        hdr.ethernet.dstAddr = mac;
+        hdr.ipv4.srcAddr = AGG_IP;
+        hdr.ipv4.dstAddr = ip;
+        hdr.ipv4.ttl = 64;
+        hdr.udp.srcPort = INC_PORT;
+        hdr.udp.dstPort = udp_port;
+        hdr.udp.checksum = 0;
+        hdr.inc.worker_id = meta.dest_worker;
+    }
+    action drop_unknown_worker_addr() {
+        unknown_worker_addr_drops.count(0);
+        mark_to_drop(standard_metadata);
+    }
+    table inc_worker_addr {
+        key = {
+            hdr.inc.job_id   : exact;
+            meta.dest_worker : exact;
+        }
+        actions = { set_worker_addr; drop_unknown_worker_addr; }
+        const default_action = drop_unknown_worker_addr();
+        size = 1024;
+    }
+
+    apply {
+        if (meta.inc_reply) {
+            // Multicast replicas carry the worker id as their rid.
+            if (meta.inc_multicast) {
+                meta.dest_worker = (bit<8>)standard_metadata.egress_rid;
+            }
+            inc_worker_addr.apply();
+        } else if (meta.flooded && standard_metadata.egress_port == meta.ingress_port) {
+            mark_to_drop(standard_metadata);
+        }
+    }
+}
+
+/*************************************************************************
+ *************   C H E C K S U M    C O M P U T A T I O N   **************
+ *************************************************************************/
+
+// Only results have a rewritten IPv4 header; forwarded packets keep theirs.
+control MyComputeChecksum(inout headers_t hdr, inout metadata_t meta) {
+    apply {
+        update_checksum(hdr.ipv4.isValid() && meta.inc_reply,
+            { hdr.ipv4.version, hdr.ipv4.ihl, hdr.ipv4.diffserv, hdr.ipv4.totalLen,
+              hdr.ipv4.identification, hdr.ipv4.flags, hdr.ipv4.fragOffset, hdr.ipv4.ttl,
+              hdr.ipv4.protocol, hdr.ipv4.srcAddr, hdr.ipv4.dstAddr },
+            hdr.ipv4.hdrChecksum, HashAlgorithm.csum16);
+    }
+}
+
+/*************************************************************************
+ ***********************  D E P A R S E R  *******************************
+ *************************************************************************/
+
+control MyDeparser(packet_out packet, in headers_t hdr) {
+    apply {
+        packet.emit(hdr.ethernet);
+        packet.emit(hdr.arp);
+        packet.emit(hdr.ipv4);
+        packet.emit(hdr.udp);
+        packet.emit(hdr.inc);
+        packet.emit(hdr.inc_data);
+    }
+}
+
+V1Switch(
+    MyParser(),
+    MyVerifyChecksum(),
+    MyIngress(),
+    MyEgress(),
+    MyComputeChecksum(),
+    MyDeparser()
+) main;
