@@ -140,6 +140,8 @@ struct metadata_t {
     // for egress
     bit<9>  ingress_port;
     bool    flooded;         // prune the ingress port from the flood group
+    bool    ipv4_changed;    // recompute the IPv4 header checksum
+    bool    inc_forwarded;   // an INC packet for a job aggregated further up: forward it as is
     bool    inc_reply;       // an INC result: egress addresses it to one worker
     bool    inc_multicast;   // ... the worker named by the replica's rid
     bit<8>  dest_worker;     // ... else this worker
@@ -223,6 +225,7 @@ control MyIngress(inout headers_t hdr,
     counter(1, CounterType.packets) results_resent;        // stored results sent again to one worker
     counter(1, CounterType.packets) arp_replies;           // ARP requests for AGG_IP answered
     counter(1, CounterType.packets) l2_miss_drops;         // no l2_forward entry for the destination MAC
+    counter(1, CounterType.packets) forwarded_to_aggregator;  // INC packets passed on to the job's aggregating switch
 
     // The state of each slot's current round; index = version * POOL_SIZE + slot.
     register<bit<32>>(SLOT_COUNT)  slot_seen;    // bitmap of workers counted this round
@@ -264,6 +267,21 @@ control MyIngress(inout headers_t hdr,
         size = 1024;
     }
 
+    // Routed traffic (leaf-spine): as in the P4 tutorials' basic router.
+    action ipv4_forward(bit<48> dstAddr, bit<9> port) {
+        hdr.ethernet.srcAddr = hdr.ethernet.dstAddr;
+        hdr.ethernet.dstAddr = dstAddr;
+        hdr.ipv4.ttl = hdr.ipv4.ttl - 1;
+        standard_metadata.egress_spec = port;
+        meta.ipv4_changed = true;
+    }
+    table ipv4_lpm {
+        key = { hdr.ipv4.dstAddr : lpm; }
+        actions = { ipv4_forward; NoAction; }
+        default_action = NoAction();
+        size = 1024;
+    }
+
     // Hosts resolve the aggregator's IP with ARP like any neighbour's.
     action answer_arp_for_aggregator() {
         hdr.ethernet.dstAddr = hdr.ethernet.srcAddr;
@@ -285,13 +303,19 @@ control MyIngress(inout headers_t hdr,
         meta.slot_base = slot_base;
         meta.num_slots = num_slots;
     }
+    // Another switch aggregates this job (e.g. a spine, for a leaf): pass it on unchanged.
+    action forward_to_aggregator(bit<9> port) {
+        standard_metadata.egress_spec = port;
+        meta.inc_forwarded = true;
+        forwarded_to_aggregator.count(0);
+    }
     action drop_unknown_job() {
         unknown_job_drops.count(0);
         mark_to_drop(standard_metadata);
     }
     table inc_job {
         key = { hdr.inc.job_id : exact; }
-        actions = { set_job; drop_unknown_job; }
+        actions = { set_job; forward_to_aggregator; drop_unknown_job; }
         const default_action = drop_unknown_job();
         size = 64;
     }
@@ -419,6 +443,11 @@ control MyIngress(inout headers_t hdr,
             }
         }
         if (!hdr.ipv4.isValid() || hdr.ipv4.dstAddr != AGG_IP) {
+            if (hdr.ipv4.isValid()) {
+                if (ipv4_lpm.apply().hit) {
+                    return;
+                }
+            }
             l2_forward.apply();
             return;
         }
@@ -439,7 +468,7 @@ control MyIngress(inout headers_t hdr,
             drop_malformed();
             return;
         }
-        if (!inc_job.apply().hit) {
+        if (!inc_job.apply().hit || meta.inc_forwarded) {
             return;
         }
         if (!inc_worker.apply().hit) {
@@ -512,6 +541,7 @@ control MyEgress(inout headers_t hdr,
         hdr.udp.dstPort = udp_port;
         hdr.udp.checksum = 0;
         hdr.inc.worker_id = meta.dest_worker;
+        meta.ipv4_changed = true;
     }
     action drop_unknown_worker_addr() {
         unknown_worker_addr_drops.count(0);
@@ -544,10 +574,10 @@ control MyEgress(inout headers_t hdr,
  *************   C H E C K S U M    C O M P U T A T I O N   **************
  *************************************************************************/
 
-// Only results have a rewritten IPv4 header; forwarded packets keep theirs.
+// Only routed packets and results have a rewritten IPv4 header; others keep theirs.
 control MyComputeChecksum(inout headers_t hdr, inout metadata_t meta) {
     apply {
-        update_checksum(hdr.ipv4.isValid() && meta.inc_reply,
+        update_checksum(hdr.ipv4.isValid() && meta.ipv4_changed,
             { hdr.ipv4.version, hdr.ipv4.ihl, hdr.ipv4.diffserv, hdr.ipv4.totalLen,
               hdr.ipv4.identification, hdr.ipv4.flags, hdr.ipv4.fragOffset, hdr.ipv4.ttl,
               hdr.ipv4.protocol, hdr.ipv4.srcAddr, hdr.ipv4.dstAddr },
