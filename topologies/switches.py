@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
@@ -22,12 +23,50 @@ log = logging.getLogger(__name__)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TARGETS = ("p4sim", "bmv2")
+BMV2_BINARY = "simple_switch_grpc"
 START_TIMEOUT_S = 60.0
 _LOG_TAIL_LINES = 15
 
 
 class SwitchError(RuntimeError):
     """A switch target that is missing, or that did not come up."""
+
+
+@dataclass(frozen=True)
+class TargetArgs:
+    """What a target's command line says: ports, device id, gRPC address, debugging aids."""
+    ports: tuple[tuple[int, str], ...]      # (port number, interface)
+    device_id: int
+    grpc_addr: str
+    thrift_port: int
+    cpu_port: int = CPU_PORT
+    pcap_dir: Path | None = None
+    log_console: bool = False
+
+    def interface_flags(self) -> list[str]:
+        return [flag for port, intf in self.ports for flag in ("-i", f"{port}@{intf}")]
+
+    def debug_flags(self) -> list[str]:
+        return (["--pcap", str(self.pcap_dir)] if self.pcap_dir else []) + (
+            ["--log-console"] if self.log_console else [])
+
+
+def p4sim_command(args: TargetArgs) -> list[str]:
+    """`python -m p4sim` takes simple_switch_grpc's flags, target options inline."""
+    return [sys.executable, "-m", "p4sim", *args.interface_flags(), "--device-id", str(args.device_id),
+            "--grpc-server-addr", args.grpc_addr, "--cpu-port", str(args.cpu_port),
+            *args.debug_flags(), "--no-p4"]
+
+
+def bmv2_command(args: TargetArgs) -> list[str]:
+    """simple_switch_grpc: gRPC address and CPU port are target options, after `--`."""
+    path = shutil.which(BMV2_BINARY)
+    if path is None:
+        raise SwitchError(f"{BMV2_BINARY} is not installed (not on PATH): install BMv2, "
+                          "or use the embedded target with TARGET=p4sim")
+    return [path, *args.interface_flags(), "--device-id", str(args.device_id),
+            "--thrift-port", str(args.thrift_port), *args.debug_flags(), "--no-p4",
+            "--", "--grpc-server-addr", args.grpc_addr, "--cpu-port", str(args.cpu_port)]
 
 
 class P4RuntimeSwitch(Switch):
@@ -57,10 +96,18 @@ class P4RuntimeSwitch(Switch):
         return sorted((port, intf.name) for port, intf in self.intfs.items() if intf.name != "lo")
 
     def command(self) -> list[str]:
+        return self.build_command(TargetArgs(tuple(self.ports()), self.device_id, self.grpc_addr,
+                                             self.thrift_port, self.cpu_port, self.pcap_dir, self.log_console))
+
+    @staticmethod
+    def build_command(args: TargetArgs) -> list[str]:
         raise NotImplementedError
 
     def start(self, controllers: list) -> None:
         cmd = self.command()
+        if self._grpc_open():
+            raise SwitchError(f"{self.name}: something already listens on {self.grpc_addr}; "
+                              "stop it (make stop) or choose another gRPC port")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         if self.pcap_dir:
             self.pcap_dir.mkdir(parents=True, exist_ok=True)
@@ -86,22 +133,27 @@ class P4RuntimeSwitch(Switch):
         super().stop(deleteIntfs)
 
     def _wait_ready(self) -> None:
-        host, _, port = self.grpc_addr.rpartition(":")
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:
             rc = self.proc.poll()
             if rc is not None:
                 raise SwitchError(f"{self.name}: {self.target} exited with code {rc} while starting; "
                                   f"last lines of {self.log_path}:\n{self.log_tail()}")
-            try:
-                with socket.create_connection((host, int(port)), timeout=0.5):
-                    log.info("%s: %s serves P4Runtime on %s", self.name, self.target, self.grpc_addr)
-                    return
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise SwitchError(f"{self.name}: {self.target} did not open {self.grpc_addr} within "
-                                      f"{START_TIMEOUT_S:.0f} s; see {self.log_path}") from None
-                time.sleep(0.1)
+            if self._grpc_open():
+                log.info("%s: %s serves P4Runtime on %s", self.name, self.target, self.grpc_addr)
+                return
+            if time.monotonic() > deadline:
+                raise SwitchError(f"{self.name}: {self.target} did not open {self.grpc_addr} within "
+                                  f"{START_TIMEOUT_S:.0f} s; see {self.log_path}")
+            time.sleep(0.1)
+
+    def _grpc_open(self) -> bool:
+        host, _, port = self.grpc_addr.rpartition(":")
+        try:
+            with socket.create_connection((host, int(port)), timeout=0.5):
+                return True
+        except OSError:
+            return False
 
     def log_tail(self) -> str:
         if self._log_file is not None:
@@ -111,13 +163,6 @@ class P4RuntimeSwitch(Switch):
         except OSError:
             return "(no log)"
 
-    def _interface_args(self) -> list[str]:
-        return [arg for port, name in self.ports() for arg in ("-i", f"{port}@{name}")]
-
-    def _debug_args(self) -> list[str]:
-        return (["--pcap", str(self.pcap_dir)] if self.pcap_dir else []) + (
-            ["--log-console"] if self.log_console else [])
-
 
 class P4SimSwitch(P4RuntimeSwitch):
     """p4sim, our embedded v1model target: `python -m p4sim` with simple_switch_grpc's flags."""
@@ -125,26 +170,16 @@ class P4SimSwitch(P4RuntimeSwitch):
     target = "p4sim"
     marker = "-m p4sim"
 
-    def command(self) -> list[str]:
-        return [sys.executable, "-m", "p4sim", *self._interface_args(),
-                "--device-id", str(self.device_id), "--grpc-server-addr", self.grpc_addr,
-                "--cpu-port", str(self.cpu_port), *self._debug_args(), "--no-p4"]
+    build_command = staticmethod(p4sim_command)
 
 
 class BMv2Switch(P4RuntimeSwitch):
     """BMv2's simple_switch_grpc, the reference target, where it is installed."""
 
     target = "bmv2"
-    marker = binary = "simple_switch_grpc"
+    marker = BMV2_BINARY
 
-    def command(self) -> list[str]:
-        path = shutil.which(self.binary)
-        if path is None:
-            raise SwitchError(f"{self.binary} is not installed (not on PATH): install BMv2, "
-                              "or use the embedded target with TARGET=p4sim")
-        return [path, *self._interface_args(), "--device-id", str(self.device_id),
-                "--thrift-port", str(self.thrift_port), *self._debug_args(), "--no-p4",
-                "--", "--grpc-server-addr", self.grpc_addr, "--cpu-port", str(self.cpu_port)]
+    build_command = staticmethod(bmv2_command)
 
 
 def switch_class(target: str) -> type[P4RuntimeSwitch]:

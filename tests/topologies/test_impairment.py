@@ -1,0 +1,29 @@
+"""Link impairment rulesets (loss both ways, duplication host -> switch) as nft reads them."""
+import pytest
+
+from topologies.fabric import FabricError, Impairment
+
+
+def test_loss_and_duplicates_become_netdev_rules_on_the_interface():
+    assert Impairment(loss_pct=5, duplicate_pct=1.5).nft_ruleset("h1-eth0") == "\n".join([
+        "table netdev p4inc_impair {",
+        "  chain egress {",
+        '    type filter hook egress device "h1-eth0" priority 0;',
+        "    numgen random mod 10000 < 500 drop",
+        '    numgen random mod 10000 < 150 dup to "h1-eth0"',
+        "  }",
+        "  chain ingress {",
+        '    type filter hook ingress device "h1-eth0" priority 0;',
+        "    numgen random mod 10000 < 500 drop",
+        "  }",
+        "}", ""])
+
+
+def test_no_impairment_gives_chains_without_rules():
+    assert "numgen" not in Impairment().nft_ruleset("h2-eth0")
+
+
+@pytest.mark.parametrize("loss, dup", [(-1, 0), (100, 0), (0, 150)])
+def test_percentages_outside_0_to_100_are_refused(loss, dup):
+    with pytest.raises(FabricError, match="percentage"):
+        Impairment(loss, dup)

@@ -1,0 +1,129 @@
+"""The topology JSON: what star and leaf-spine write, that it reads back, and the errors
+bad descriptions get. No root needed.
+"""
+import json
+
+import pytest
+
+from topologies.spec import Endpoint, Topology, TopologyError, leaf_spine, star
+
+CONTRACT_EXAMPLE = {
+    "hosts": {"h1": {"ip": "10.0.0.1/24", "mac": "08:00:00:00:00:01", "commands": []},
+              "h2": {"ip": "10.0.0.2/24", "mac": "08:00:00:00:00:02", "commands": []}},
+    "switches": {"s1": {"device_id": 0, "grpc_addr": "127.0.0.1:50051", "thrift_port": 9090, "cpu_port": 510},
+                 "s2": {"device_id": 1, "grpc_addr": "127.0.0.1:50052", "thrift_port": 9091, "cpu_port": 510}},
+    "links": [["h1", "s1-p1"], ["h2", "s2-p1"], ["s1-p3", "s2-p2", "1ms", 100]],
+    "jobs": [{"job_id": 1, "workers": ["h1", "h2"]}],
+}
+
+
+def test_star_of_two_is_exactly_the_documented_json():
+    assert star(2).to_dict() == {
+        "hosts": {"h1": {"ip": "10.0.0.1/24", "mac": "08:00:00:00:00:01", "commands": []},
+                  "h2": {"ip": "10.0.0.2/24", "mac": "08:00:00:00:00:02", "commands": []}},
+        "switches": {"s1": {"device_id": 0, "grpc_addr": "127.0.0.1:50051", "thrift_port": 9090,
+                            "cpu_port": 510}},
+        "links": [["h1", "s1-p1"], ["h2", "s1-p2"]],
+        "jobs": [{"job_id": 1, "workers": ["h1", "h2"]}],
+    }
+
+
+@pytest.mark.parametrize("n", range(2, 9))
+def test_star_puts_host_i_on_port_i_with_its_address(n):
+    topo = star(n)
+    for i in range(1, n + 1):
+        h = topo.hosts[f"h{i}"]
+        assert (h.ip, h.mac, h.intf) == (f"10.0.0.{i}/24", f"08:00:00:00:00:0{i}", f"h{i}-eth0")
+        assert topo.host_port(f"h{i}") == ("s1", i)
+    assert topo.jobs[0].workers == tuple(f"h{i}" for i in range(1, n + 1))
+    assert topo.switch_intfs() == sorted(f"s1-eth{i}" for i in range(1, n + 1))
+
+
+@pytest.mark.parametrize("n", [1, 9])
+def test_star_outside_two_to_eight_hosts_is_refused(n):
+    with pytest.raises(TopologyError, match="2 to 8 hosts"):
+        star(n)
+
+
+def test_star_takes_its_grpc_and_thrift_ports():
+    s = star(3, grpc_port=50100, thrift_port=9300, device_id=4).switches["s1"]
+    assert (s.grpc_addr, s.grpc_host_port, s.thrift_port, s.device_id) == (
+        "127.0.0.1:50100", ("127.0.0.1", 50100), 9300, 4)
+
+
+def test_contract_example_round_trips_through_a_file(tmp_path):
+    path = tmp_path / "topology.json"
+    path.write_text(json.dumps(CONTRACT_EXAMPLE))
+    topo = Topology.load(path)
+    assert topo.links[2].delay == "1ms" and topo.links[2].bw == 100
+    assert topo.host_port("h2") == ("s2", 1)
+    topo.dump(tmp_path / "again.json")
+    assert json.loads((tmp_path / "again.json").read_text()) == CONTRACT_EXAMPLE
+
+
+def test_leaf_spine_wires_hosts_below_and_spines_above_each_leaf():
+    topo = leaf_spine(leaves=2, spines=2, hosts_per_leaf=2)
+    assert sorted(topo.switches) == ["s1", "s2", "s3", "s4"]
+    assert [topo.host_port(h) for h in ("h1", "h2", "h3", "h4")] == [("s1", 1), ("s1", 2), ("s2", 1), ("s2", 2)]
+    uplinks = {(str(link.a), str(link.b)) for link in topo.links if link.a.node in topo.switches}
+    assert uplinks == {("s1-p3", "s3-p1"), ("s2-p3", "s3-p2"), ("s1-p4", "s4-p1"), ("s2-p4", "s4-p2")}
+    assert topo.hosts["h3"].ip == "10.0.2.1/24"
+    assert topo.hosts["h3"].commands == ("ip neigh replace 10.0.2.254 lladdr 08:00:00:00:02:00 dev h3-eth0",
+                                         "ip route replace default via 10.0.2.254 dev h3-eth0")
+    assert Topology.from_dict(topo.to_dict()) == topo
+
+
+def test_endpoint_text_is_a_host_or_a_switch_port():
+    assert Endpoint.parse("h1") == Endpoint("h1")
+    assert Endpoint.parse("s12-p3") == Endpoint("s12", 3)
+    assert str(Endpoint("s1", 7)) == "s1-p7"
+    with pytest.raises(TopologyError, match="neither a host"):
+        Endpoint.parse("s1-p0")
+
+
+def broken(**changes):
+    data = json.loads(json.dumps(CONTRACT_EXAMPLE))
+    for path, value in changes.items():
+        *parents, key = path.split("__")
+        node = data
+        for p in parents:
+            node = node[int(p)] if isinstance(node, list) else node[p]
+        if value is None:
+            del node[key]
+        elif isinstance(node, list):
+            node[int(key)] = value
+        else:
+            node[key] = value
+    return data
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"links__0": ["h1-p1", "s1-p1"]}, "a host has one interface"),
+    ({"links__0": ["h1", "s1"]}, "needs a port"),
+    ({"links__0": ["h9", "s1-p1"]}, "no host or switch named 'h9'"),
+    ({"links__1": ["h2", "s1-p1"]}, "'s1-p1' is used twice"),
+    ({"links__0": ["h1"]}, "is not \\[a, b\\]"),
+    ({"jobs__0__workers": ["h1", "h7"]}, "workers \\['h7'\\] are not hosts"),
+    ({"jobs__0__workers": ["h1", "h1"]}, "worker 'h1' is used twice"),
+    ({"hosts__h1__ip": "10.0.0.300/24"}, "not an address"),
+    ({"hosts__h1__ip": "10.0.0.1"}, "needs a prefix length"),
+    ({"hosts__h1__mac": "08:00:00:00:01"}, "is not like"),
+    ({"hosts__h1__mac": None}, "missing key 'mac'"),
+    ({"switches__s2__device_id": 0}, "device_id 0 is used twice"),
+    ({"switches__s1__grpc_addr": "localhost"}, "is not HOST:PORT"),
+])
+def test_bad_description_gets_an_error_that_names_the_problem(changes, message):
+    with pytest.raises(TopologyError, match=message):
+        Topology.from_dict(broken(**changes))
+
+
+def test_unreadable_json_error_gives_line_and_column(tmp_path):
+    path = tmp_path / "topo.json"
+    path.write_text('{"hosts": {}\n  "links": []}')
+    with pytest.raises(TopologyError, match=r"topo.json:2:3: not valid JSON"):
+        Topology.load(path)
+
+
+def test_missing_file_error_names_the_file(tmp_path):
+    with pytest.raises(TopologyError, match="cannot read topology .*nope.json"):
+        Topology.load(tmp_path / "nope.json")
