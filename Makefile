@@ -1,0 +1,58 @@
+# p4inc's front door, after the P4 tutorials' Makefile: `make setup`, then
+# `make run` (Mininet CLI), `make demo`, `make test`, `make bench`, `make stop`, `make clean`.
+# Mininet needs root. Choose the target with TARGET=p4sim (default) or TARGET=bmv2.
+
+SHELL := /bin/bash
+TARGET ?= p4sim
+TOPO ?= star
+HOSTS ?= 4
+BUILD_DIR ?= build
+PYTEST_ARGS ?=
+
+VENV := .venv
+PY := $(VENV)/bin/python
+# Written after a successful pip install; pip runs again only when requirements.txt changes.
+VENV_STAMP := $(VENV)/.p4inc-requirements
+# Debian packages: Mininet's mnexec and mn, the tools Mininet hosts use, cpp for p4sim's
+# preprocessor, nftables for link loss (this kernel has no netem), python3-venv for .venv.
+APT_PACKAGES := mininet iputils-ping bridge-utils ethtool iproute2 tcpdump cpp nftables \
+	net-tools python3 python3-venv procps
+
+RUN := $(PY) -m topologies.run --topo $(TOPO) --hosts $(HOSTS) --target $(TARGET) --build-dir $(BUILD_DIR)
+
+.PHONY: setup apt run demo test bench stop clean
+
+setup: apt $(VENV_STAMP)
+
+apt:
+	@missing=$$(for p in $(APT_PACKAGES); do \
+		dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		echo "apt-get install $$missing"; \
+		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing; \
+	fi
+
+$(VENV_STAMP): requirements.txt
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q -r requirements.txt
+	touch $@
+
+run: $(VENV_STAMP)
+	$(RUN) --cli
+
+demo: $(VENV_STAMP)
+	$(RUN) --demo
+
+test: $(VENV_STAMP)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+bench: $(VENV_STAMP)
+	$(PY) -m bench
+
+# Ends what our fabrics recorded in $(BUILD_DIR)/run, then Mininet's own cleanup (`mn -c`).
+stop:
+	-test -x $(PY) && $(PY) -m topologies.cleanup --build-dir $(BUILD_DIR)
+	-mn -c
+
+clean: stop
+	rm -rf $(BUILD_DIR) results pcaps logs *.pcap
