@@ -1,0 +1,256 @@
+"""`python -m controller`: set up, inspect and watch the switches of a p4inc topology
+over P4Runtime (p4sim or BMv2). Errors are one line on stderr and exit status 1.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Callable
+
+from topologies.spec import Topology, TopologyError
+
+from .allreduce import Job, clear_slots, jobs_on_switch, pool_size, remove_job
+from .control import dump_state, install_runtime_config, read_counters
+from .entries import RuntimeConfig
+from .errors import ControllerError
+from .fabric import open_switch, setup_switch, watch
+from .registers import TARGETS
+from .switch import Pipeline, Switch
+
+log = logging.getLogger("controller")
+
+EPILOG = """\
+examples:
+  python -m p4sim compile p4src/allreduce.p4 -o build/     # the pipeline setup pushes
+  python -m controller setup                               # every switch of build/topology.json
+  python -m controller setup --switch s1 --force-pipeline  # re-push: wipes s1's state
+  python -m controller watch                               # re-install after a switch restart
+  python -m controller counters --switch s1
+  python -m controller registers MyIngress.slot_count --switch s1 --index 0 512
+  python -m controller clear-slots 1
+  python -m controller install s1-runtime.json --switch s1 # the P4 tutorials' runtime JSON
+
+A second `setup` (a restarted controller) wins arbitration with a newer election id and
+only adds what is missing: the pipeline is pushed only to a device that runs none or
+another one, so running jobs keep their slots.
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        return args.run(args)
+    except (ControllerError, TopologyError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--topo", type=Path, default=Path("build/topology.json"),
+                   help="topology JSON written by the fabric (default: %(default)s)")
+    common.add_argument("--target", choices=TARGETS, default=os.environ.get("TARGET", "p4sim"),
+                   help="switch target; decides how registers are reached "
+                        "(default: $TARGET or p4sim)")
+    common.add_argument("--election-id", type=int, default=None,
+                   help="P4Runtime election id (default: milliseconds since the epoch, so "
+                        "a later controller becomes primary)")
+    common.add_argument("--grpc-addr", help="talk to one switch at this address instead of a "
+                                       "topology switch (install, entries, counters, registers)")
+    common.add_argument("--device-id", type=int, default=0, help="device id with --grpc-addr (default: 0)")
+    common.add_argument("--thrift-port", type=int, default=9090,
+                   help="BMv2 Thrift port with --grpc-addr and --target bmv2 (default: 9090)")
+    common.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
+    p = argparse.ArgumentParser(
+        prog="python -m controller", description=__doc__, epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, run, help: str) -> argparse.ArgumentParser:
+        c = sub.add_parser(name, help=help, description=help, parents=[common])
+        c.set_defaults(run=run)
+        return c
+
+    def pipeline_args(c: argparse.ArgumentParser) -> None:
+        c.add_argument("--build-dir", type=Path, default=Path("build"),
+                       help="where the compiled program is (default: %(default)s)")
+        c.add_argument("--program", default="allreduce",
+                       help="program name: BUILD_DIR/NAME.p4info.txt and BUILD_DIR/NAME.json "
+                            "(default: %(default)s)")
+        c.add_argument("--p4info", type=Path, help="P4Info text file (overrides --build-dir)")
+        c.add_argument("--device-config", type=Path,
+                       help="device config: p4sim's or BMv2's JSON (overrides --build-dir)")
+
+    def switches_arg(c: argparse.ArgumentParser, many: bool) -> None:
+        if many:
+            c.add_argument("--switch", action="append", metavar="NAME",
+                           help="a switch of the topology; repeat for several (default: all)")
+        else:
+            c.add_argument("--switch", metavar="NAME",
+                           help="a switch of the topology (default: its only switch)")
+
+    c = command("setup", _setup, "push the pipeline (if the switch lacks it), install "
+                "forwarding, jobs and multicast groups from the topology")
+    switches_arg(c, many=True)
+    pipeline_args(c)
+    c.add_argument("--force-pipeline", action="store_true",
+                   help="push the pipeline even if the switch runs it already (wipes its state)")
+    c = command("watch", _watch, "set up the switches, then keep them set up: reconnect to a "
+                "switch that stopped or restarted and re-install everything")
+    switches_arg(c, many=True)
+    pipeline_args(c)
+    c.add_argument("--poll", type=float, default=1.0, help="seconds between checks (default: 1)")
+    c = command("install", _install, "install a P4 tutorials runtime JSON (table_entries, "
+                "multicast_group_entries, clone_session_entries) on one switch")
+    c.add_argument("runtime", type=Path, help="the runtime JSON file")
+    switches_arg(c, many=False)
+    c = command("entries", _entries, "print what one switch holds, as runtime JSON")
+    switches_arg(c, many=False)
+    c = command("counters", _counters, "print every indirect counter of one switch as JSON")
+    switches_arg(c, many=False)
+    c = command("registers", _registers, "print a register array of one switch as JSON")
+    c.add_argument("name", help="register name, e.g. MyIngress.slot_count (a unique suffix will do)")
+    c.add_argument("--index", type=int, nargs="+", help="only these indices")
+    switches_arg(c, many=False)
+    c = command("clear-slots", _clear_slots, "zero a job's slot state on the switch that aggregates it")
+    c.add_argument("job_id", type=int, help="the job's id in the topology")
+    switches_arg(c, many=True)
+    c = command("remove-job", _remove_job, "stop admitting a job and remove its entries and group")
+    c.add_argument("job_id", type=int, help="the job's id in the topology")
+    switches_arg(c, many=True)
+    return p
+
+
+def _setup(args: argparse.Namespace) -> int:
+    topo, pipeline = Topology.load(args.topo), _pipeline(args)
+    for name in _names(args, topo):
+        with open_switch(topo, name, args.target, _election(args)) as sw:
+            r = setup_switch(sw, topo, pipeline, args.force_pipeline)
+        log.info("%s: pipeline %s, %d forwarding updates, jobs admitted: %s, passed on: %s",
+                 name, "pushed" if r.pipeline_pushed else "kept", r.forwarding_updates,
+                 list(r.jobs_admitted) or "none", list(r.jobs_forwarded) or "none")
+    return 0
+
+
+def _watch(args: argparse.Namespace) -> int:
+    topo, pipeline = Topology.load(args.topo), _pipeline(args)
+    switches = [open_switch(topo, name, args.target, _election(args)) for name in _names(args, topo)]
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    log.info("watching %s (Ctrl-C to stop)", ", ".join(sw.name for sw in switches))
+    try:
+        watch(switches, topo, pipeline, stop, args.poll)
+    finally:
+        for sw in switches:
+            sw.close()
+    return 0
+
+
+def _install(args: argparse.Namespace) -> int:
+    config = RuntimeConfig.load(args.runtime)
+    with _one_switch(args) as sw:
+        n = install_runtime_config(sw, config)
+    log.info("%s: %d updates written", sw.name, n)
+    return 0
+
+
+def _entries(args: argparse.Namespace) -> int:
+    with _one_switch(args) as sw:
+        print(json.dumps(dump_state(sw), indent=2))
+    return 0
+
+
+def _counters(args: argparse.Namespace) -> int:
+    with _one_switch(args) as sw:
+        counters = read_counters(sw)
+    print(json.dumps({name: [{"packets": p, "bytes": b} for p, b in cells]
+                      for name, cells in counters.items()}, indent=2))
+    return 0
+
+
+def _registers(args: argparse.Namespace) -> int:
+    with _one_switch(args) as sw:
+        values = sw.registers.read(args.name)
+    if args.index:
+        bad = [i for i in args.index if not 0 <= i < len(values)]
+        if bad:
+            raise ControllerError(f"{args.name} has {len(values)} cells: no index {bad[0]}")
+        print(json.dumps({str(i): values[i] for i in args.index}, indent=2))
+    else:
+        print(json.dumps(values))
+    return 0
+
+
+def _clear_slots(args: argparse.Namespace) -> int:
+    return _on_job(args, clear_slots, "cleared")
+
+
+def _remove_job(args: argparse.Namespace) -> int:
+    return _on_job(args, remove_job, "removed")
+
+
+def _on_job(args: argparse.Namespace, action: Callable[[Switch, Job], None], done: str) -> int:
+    topo = Topology.load(args.topo)
+    if args.job_id not in {j.job_id for j in topo.jobs}:
+        raise ControllerError(f"no job {args.job_id} in {args.topo} (jobs: "
+                              f"{', '.join(str(j.job_id) for j in topo.jobs) or 'none'})")
+    found = False
+    for name in _names(args, topo):
+        with open_switch(topo, name, args.target, _election(args)) as sw:
+            jobs, _ = jobs_on_switch(topo, name, pool_size(sw))
+            for job in jobs:
+                if job.job_id == args.job_id:
+                    action(sw, job)
+                    found = True
+    if not found:
+        raise ControllerError(f"job {args.job_id} is aggregated on none of the switches chosen")
+    log.info("job %d %s", args.job_id, done)
+    return 0
+
+
+def _one_switch(args: argparse.Namespace) -> Switch:
+    if args.grpc_addr:
+        return Switch(args.grpc_addr, args.grpc_addr, args.device_id, _election(args),
+                      args.target, args.thrift_port)
+    topo = Topology.load(args.topo)
+    if args.switch is None:
+        if len(topo.switches) != 1:
+            raise ControllerError(f"{args.topo} has several switches: choose one with --switch "
+                                  f"({', '.join(topo.switches)})")
+        args.switch = next(iter(topo.switches))
+    return open_switch(topo, args.switch, args.target, _election(args))
+
+
+def _names(args: argparse.Namespace, topo: Topology) -> list[str]:
+    names = args.switch or list(topo.switches)
+    unknown = [n for n in names if n not in topo.switches]
+    if unknown:
+        raise ControllerError(f"no switch {unknown[0]!r} in {args.topo} (it has: {', '.join(topo.switches)})")
+    return names
+
+
+def _pipeline(args: argparse.Namespace) -> Pipeline:
+    if (args.p4info is None) != (args.device_config is None):
+        raise ControllerError("give both --p4info and --device-config, or neither")
+    if args.p4info is not None:
+        return Pipeline.load(args.p4info, args.device_config)
+    return Pipeline.from_build(args.build_dir, args.program)
+
+
+def _election(args: argparse.Namespace) -> tuple[int, int] | None:
+    return None if args.election_id is None else (0, args.election_id)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

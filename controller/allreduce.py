@@ -1,0 +1,262 @@
+"""What `p4src/allreduce.p4` needs from its controller, derived from the topology:
+forwarding (l2_forward, ipv4_lpm, the flood group) and jobs (inc_job, inc_worker,
+inc_worker_addr, a multicast group, a slot range). Names follow docs/protocol.md.
+"""
+from __future__ import annotations
+
+import ipaddress
+import logging
+from collections import deque
+from dataclasses import dataclass
+
+from topologies.spec import Topology
+
+from .control import (delete_multicast_groups, delete_table_entries, install_multicast_groups,
+                      install_table_entries, read_table_entries)
+from .entries import MulticastGroup, Replica, TableEntry
+from .errors import ControllerError
+from .registers import register_info
+from .switch import Switch
+
+log = logging.getLogger(__name__)
+
+INC_PORT = 48879                 # UDP port results are sent to unless a worker says otherwise
+FLOOD_GROUP = 1                  # multicast group of every host-facing port (broadcast, ARP)
+JOB_GROUP_BASE = 0x100           # job j replicates through group JOB_GROUP_BASE + j
+MAX_WORKERS = 32                 # the contributor bitmap is 32 bits
+BROADCAST = "ff:ff:ff:ff:ff:ff"
+SLOT_REGISTERS = ("MyIngress.slot_seen", "MyIngress.slot_count", "MyIngress.slot_seq",
+                  "MyIngress.slot_flags", "MyIngress.slot_need")   # slot_values needs no reset
+
+L2_FORWARD, IPV4_LPM = "MyIngress.l2_forward", "MyIngress.ipv4_lpm"
+INC_JOB, INC_WORKER, INC_WORKER_ADDR = "MyIngress.inc_job", "MyIngress.inc_worker", "MyEgress.inc_worker_addr"
+
+
+@dataclass(frozen=True)
+class Worker:
+    """A job's worker as one switch sees it: `port` leads to its host (cabled or via a hop)."""
+    worker_id: int
+    host: str
+    port: int
+    mac: str
+    ip: str
+    udp_port: int = INC_PORT
+
+
+@dataclass(frozen=True)
+class Job:
+    """A job on the switch that aggregates it: its workers, group and slice of the slot pool."""
+    job_id: int
+    workers: tuple[Worker, ...]
+    mcast_group: int
+    slot_base: int
+    num_slots: int
+    pool_size: int
+
+    @property
+    def register_indices(self) -> list[int]:
+        """Both versions' register cells of the job's slots."""
+        return [version * self.pool_size + self.slot_base + s
+                for version in (0, 1) for s in range(self.num_slots)]
+
+
+@dataclass(frozen=True)
+class JobForward:
+    """A job that another switch aggregates: INC packets go on through `port`."""
+    job_id: int
+    aggregator: str
+    port: int
+
+
+def pool_size(sw: Switch) -> int:
+    """Slots per version, read from the program (its slot registers hold two versions)."""
+    return register_info(sw, SLOT_REGISTERS[0]).size // 2
+
+
+def jobs_on_switch(topo: Topology, switch: str, pool: int) -> tuple[list[Job], list[JobForward]]:
+    """The jobs `switch` aggregates and those it passes on towards their aggregator.
+
+    The pool is split evenly between the topology's jobs in their order, the same on
+    every switch, so a restarted controller derives the same ranges.
+    """
+    if switch not in topo.switches:
+        raise ControllerError(f"no switch {switch!r} in the topology (it has: {', '.join(topo.switches)})")
+    routes = _Routes(topo)
+    share = pool // max(1, len(topo.jobs))
+    aggregated, forwarded = [], []
+    for i, spec in enumerate(topo.jobs):
+        if not 1 <= len(spec.workers) <= MAX_WORKERS:
+            raise ControllerError(f"job {spec.job_id}: {len(spec.workers)} workers; a job has 1..{MAX_WORKERS}")
+        if not 0 <= JOB_GROUP_BASE + spec.job_id <= 0xFFFF:
+            raise ControllerError(f"job id {spec.job_id} is out of range (0..{0xFFFF - JOB_GROUP_BASE})")
+        aggregator = routes.aggregator([topo.host_port(w)[0] for w in spec.workers])
+        if switch == aggregator:
+            workers = tuple(
+                Worker(w_id, h, routes.port_to_host(switch, h), topo.hosts[h].mac, topo.hosts[h].address)
+                for w_id, h in enumerate(spec.workers))
+            aggregated.append(Job(spec.job_id, workers, JOB_GROUP_BASE + spec.job_id,
+                                  i * share, share, pool))
+        elif routes.on_path(switch, [topo.host_port(w)[0] for w in spec.workers], aggregator):
+            forwarded.append(JobForward(spec.job_id, aggregator, routes.next_port(switch, aggregator)))
+    return aggregated, forwarded
+
+
+def forwarding_entries(topo: Topology, switch: str) -> tuple[list[TableEntry], list[MulticastGroup]]:
+    """l2_forward for every host MAC (and broadcast to the flood group); ipv4_lpm /32
+    routes only towards hosts of subnets this switch has no host in (leaf-spine)."""
+    routes = _Routes(topo)
+    entries = [TableEntry(L2_FORWARD, "MyIngress.l2_forward_to",
+                          {"port": routes.port_to_host(switch, h)}, {"hdr.ethernet.dstAddr": spec.mac})
+               for h, spec in sorted(topo.hosts.items()) if routes.reaches(switch, h)]
+    local = [h for h in topo.hosts if topo.host_port(h)[0] == switch]
+    local_nets = {ipaddress.ip_interface(topo.hosts[h].ip).network for h in local}
+    for h, spec in sorted(topo.hosts.items()):
+        if h in local or not routes.reaches(switch, h):
+            continue
+        if ipaddress.ip_interface(spec.ip).network in local_nets:
+            continue   # same subnet: hosts address it by MAC, l2_forward carries it
+        entries.append(TableEntry(IPV4_LPM, "MyIngress.ipv4_forward",
+                                  {"dstAddr": spec.mac, "port": routes.port_to_host(switch, h)},
+                                  {"hdr.ipv4.dstAddr": [spec.address, 32]}))
+    host_ports = sorted(topo.host_port(h)[1] for h in local)
+    groups = []
+    if host_ports:
+        entries.append(TableEntry(L2_FORWARD, "MyIngress.l2_flood", {"mcast_grp": FLOOD_GROUP},
+                                  {"hdr.ethernet.dstAddr": BROADCAST}))
+        groups.append(MulticastGroup(FLOOD_GROUP, tuple(Replica(p, 0) for p in host_ports)))
+    return entries, groups
+
+
+def job_entries(job: Job) -> tuple[list[TableEntry], MulticastGroup]:
+    """inc_job, one inc_worker and one inc_worker_addr per worker, and the job's group."""
+    entries = [TableEntry(INC_JOB, "MyIngress.set_job",
+                          {"num_workers": len(job.workers), "mcast_grp": job.mcast_group,
+                           "slot_base": job.slot_base, "num_slots": job.num_slots},
+                          {"hdr.inc.job_id": job.job_id})]
+    for w in job.workers:
+        entries.append(TableEntry(INC_WORKER, "MyIngress.admit_worker", {},
+                                  {"hdr.inc.job_id": job.job_id, "hdr.inc.worker_id": w.worker_id,
+                                   "standard_metadata.ingress_port": w.port}))
+        entries.append(TableEntry(INC_WORKER_ADDR, "MyEgress.set_worker_addr",
+                                  {"mac": w.mac, "ip": w.ip, "udp_port": w.udp_port},
+                                  {"hdr.inc.job_id": job.job_id, "meta.dest_worker": w.worker_id}))
+    group = MulticastGroup(job.mcast_group, tuple(Replica(w.port, w.worker_id) for w in job.workers))
+    return entries, group
+
+
+def forward_entry(fwd: JobForward) -> TableEntry:
+    return TableEntry(INC_JOB, "MyIngress.forward_to_aggregator", {"port": fwd.port},
+                      {"hdr.inc.job_id": fwd.job_id})
+
+
+def install_forwarding(sw: Switch, topo: Topology, switch: str) -> int:
+    """Make `switch` forward ordinary traffic between the topology's hosts."""
+    entries, groups = forwarding_entries(topo, switch)
+    return install_multicast_groups(sw, groups) + install_table_entries(sw, entries)
+
+
+def install_job(sw: Switch, job: Job) -> bool:
+    """Admit a job: its multicast group, its workers' ports and addresses, its slot range.
+
+    A job the switch does not hold yet gets its slots cleared before it is admitted; a
+    job already there is only brought up to date, so running rounds are not disturbed.
+    Returns whether the job was newly admitted.
+    """
+    entries, group = job_entries(job)
+    admitted = any(e.match.get("hdr.inc.job_id") == job.job_id and e.action_name == "MyIngress.set_job"
+                   for e in read_table_entries(sw, INC_JOB))
+    if not admitted:
+        clear_slots(sw, job)
+    install_multicast_groups(sw, [group])
+    # Egress and admission first, inc_job last: a packet admitted finds everything it needs.
+    install_table_entries(sw, entries[1:])
+    install_table_entries(sw, entries[:1])
+    log.info("%s: job %d %s: %d workers, group %d, slots %d..%d", sw.name, job.job_id,
+             "admitted" if not admitted else "up to date", len(job.workers), job.mcast_group,
+             job.slot_base, job.slot_base + job.num_slots - 1)
+    return not admitted
+
+
+def install_job_forward(sw: Switch, fwd: JobForward) -> int:
+    return install_table_entries(sw, [forward_entry(fwd)])
+
+
+def remove_job(sw: Switch, job: Job) -> None:
+    """Stop admitting the job (inc_job first), then drop its workers and its group."""
+    entries, group = job_entries(job)
+    delete_table_entries(sw, entries[:1])
+    delete_table_entries(sw, entries[1:])
+    delete_multicast_groups(sw, [group.multicast_group_id])
+    log.info("%s: job %d removed", sw.name, job.job_id)
+
+
+def clear_slots(sw: Switch, job: Job) -> None:
+    """Zero the job's slot state in both versions, so its workers can start at seq 0."""
+    cells = job.register_indices
+    for name in SLOT_REGISTERS:
+        sw.registers.reset(name, cells)
+    log.info("%s: job %d: slots %d..%d cleared", sw.name, job.job_id, job.slot_base,
+             job.slot_base + job.num_slots - 1)
+
+
+class _Routes:
+    """Shortest paths over the switch graph (BFS, lowest port first, so deterministic)."""
+
+    def __init__(self, topo: Topology) -> None:
+        self.topo = topo
+        self.adj: dict[str, list[tuple[int, str]]] = {s: [] for s in topo.switches}
+        for link in topo.links:
+            if link.a.node in topo.switches and link.b.node in topo.switches:
+                self.adj[link.a.node].append((link.a.port, link.b.node))
+                self.adj[link.b.node].append((link.b.port, link.a.node))
+        for ports in self.adj.values():
+            ports.sort()
+        self._dist = {s: self._bfs(s) for s in topo.switches}
+
+    def _bfs(self, src: str) -> dict[str, tuple[int, int | None]]:
+        """switch -> (hops from src, first port out of src)."""
+        seen: dict[str, tuple[int, int | None]] = {src: (0, None)}
+        todo = deque([src])
+        while todo:
+            s = todo.popleft()
+            hops, first = seen[s]
+            for port, nxt in self.adj[s]:
+                if nxt not in seen:
+                    seen[nxt] = (hops + 1, port if first is None else first)
+                    todo.append(nxt)
+        return seen
+
+    def reaches(self, switch: str, host: str) -> bool:
+        return self.topo.host_port(host)[0] in self._dist[switch]
+
+    def next_port(self, switch: str, target: str) -> int:
+        return self._dist[switch][target][1]
+
+    def port_to_host(self, switch: str, host: str) -> int:
+        attached, port = self.topo.host_port(host)
+        return port if attached == switch else self.next_port(switch, attached)
+
+    def aggregator(self, switches: list[str]) -> str:
+        """The switch closest to all of them (fewest hops to the farthest; then by name)."""
+        candidates = [s for s in self.topo.switches if all(t in self._dist[s] for t in switches)]
+        if not candidates:
+            raise ControllerError(f"no switch reaches all of {sorted(set(switches))}")
+        return min(candidates, key=lambda s: (max(self._dist[s][t][0] for t in switches),
+                                              _natural(s)))
+
+    def on_path(self, switch: str, sources: list[str], target: str) -> bool:
+        """Whether packets from some source switch to `target` cross `switch`."""
+        for src in set(sources):
+            node = src
+            while node != target:
+                if node == switch:
+                    return True
+                port = self.next_port(node, target)
+                node = next(n for p, n in self.adj[node] if p == port)
+        return False
+
+
+def _natural(name: str) -> tuple:
+    """s2 before s10."""
+    digits = "".join(c for c in name if c.isdigit())
+    return (name.rstrip("0123456789"), int(digits) if digits else 0, name)
