@@ -1,0 +1,169 @@
+"""Workers and a switch in one process: an InProcessFabric wraps INC payloads in
+Ethernet/IPv4/UDP, feeds them to `p4sim.Switch.process` and hands the switch's output to
+the workers' transports, with optional loss, duplication and reordering on every link.
+"""
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import queue
+import random
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable, Protocol, Sequence
+
+from scapy.layers.inet import IP, UDP
+from scapy.layers.l2 import Ether
+from scapy.packet import Raw
+
+from hosts.inc import AGG_IP, AGG_MAC, INC_PORT, PAYLOAD_SIZE
+
+log = logging.getLogger(__name__)
+
+_ETH_IP_UDP = 14 + 20 + 8
+
+
+class PacketSwitch(Protocol):
+    """What the fabric needs of a switch: p4sim.Switch's `process`."""
+
+    def process(self, port: int, data: bytes) -> list[tuple[int, bytes]]: ...
+
+
+@dataclass(frozen=True)
+class Host:
+    """A worker's attachment: switch port and addresses (as the controller installed them)."""
+    port: int
+    mac: str
+    ip: str
+    udp_port: int = INC_PORT
+
+
+@dataclass(frozen=True)
+class Faults:
+    """Per packet and per link direction: probabilities of loss, duplication and delay."""
+    loss: float = 0.0
+    duplicate: float = 0.0
+    reorder: float = 0.0          # delayed by up to max_delay, so later packets overtake it
+    max_delay: float = 0.005      # seconds
+    seed: int = 0
+
+
+class InProcessFabric:
+    """N hosts cabled to one in-process switch; `transport(i)` is host i's Transport."""
+
+    def __init__(self, switch: PacketSwitch, hosts: Sequence[Host], faults: Faults = Faults()) -> None:
+        self.switch = switch
+        self.hosts = list(hosts)
+        self.faults = faults
+        self._rng = random.Random(faults.seed)
+        self._rng_lock = threading.Lock()
+        self._inboxes = {h.port: queue.Queue() for h in self.hosts}
+        self._by_port = {h.port: h for h in self.hosts}
+        self._prefixes = [_uplink_prefix(h) for h in self.hosts]
+        self._delayed: list[tuple[float, int, Callable[[], None]]] = []
+        self._order = itertools.count()
+        self._cv = threading.Condition()
+        self._closed = False
+        self._timer = threading.Thread(target=self._run_delayed, name="fabric-delay", daemon=True)
+        self._timer.start()
+
+    def transport(self, index: int) -> "InProcessTransport":
+        return InProcessTransport(self, index)
+
+    def close(self) -> None:
+        with self._cv:
+            self._closed = True
+            self._cv.notify_all()
+        self._timer.join()
+
+    def __enter__(self) -> "InProcessFabric":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def send_frame(self, port: int, frame: bytes) -> None:
+        """Put a whole frame on the link from the host at `port` to the switch."""
+        self._over_link(lambda: self._to_switch(port, frame))
+
+    def _uplink(self, index: int, payload: bytes) -> None:
+        self.send_frame(self.hosts[index].port, self._prefixes[index] + payload)
+
+    def _to_switch(self, port: int, frame: bytes) -> None:
+        for out_port, out in self.switch.process(port, frame):
+            host = self._by_port.get(out_port)
+            if host is None:
+                log.debug("switch sent %d bytes to unconnected port %d", len(out), out_port)
+                continue
+            self._over_link(lambda h=host, f=out: self._to_host(h, f))
+
+    def _to_host(self, host: Host, frame: bytes) -> None:
+        """Deliver the UDP payload, as the host's kernel would, if it is for this host's port."""
+        if len(frame) < _ETH_IP_UDP or frame[12:14] != b"\x08\x00" or frame[23] != 17:
+            return
+        ihl = (frame[14] & 0x0F) * 4
+        udp = 14 + ihl
+        if frame[30:34] != _ip_bytes(host.ip) or int.from_bytes(frame[udp + 2:udp + 4], "big") != host.udp_port:
+            return
+        self._inboxes[host.port].put(frame[udp + 8:])
+
+    def _over_link(self, deliver: Callable[[], None]) -> None:
+        f = self.faults
+        with self._rng_lock:
+            lost = self._rng.random() < f.loss
+            copies = 2 if self._rng.random() < f.duplicate else 1
+            delays = [self._rng.random() * f.max_delay if self._rng.random() < f.reorder else 0.0
+                      for _ in range(copies)]
+        if lost:
+            return
+        for delay in delays:
+            if delay == 0.0:
+                deliver()
+            else:
+                with self._cv:
+                    heapq.heappush(self._delayed, (time.monotonic() + delay, next(self._order), deliver))
+                    self._cv.notify()
+
+    def _run_delayed(self) -> None:
+        while True:
+            with self._cv:
+                while not self._closed and (not self._delayed or self._delayed[0][0] > time.monotonic()):
+                    self._cv.wait(self._delayed[0][0] - time.monotonic() if self._delayed else None)
+                if self._closed:
+                    return
+                _, _, deliver = heapq.heappop(self._delayed)
+            deliver()
+
+
+class InProcessTransport:
+    """Host `index`'s Transport on an InProcessFabric."""
+
+    def __init__(self, fabric: InProcessFabric, index: int) -> None:
+        self.fabric = fabric
+        self.index = index
+        self._inbox = fabric._inboxes[fabric.hosts[index].port]
+
+    def send(self, payload: bytes) -> None:
+        self.fabric._uplink(self.index, payload)
+
+    def recv(self, timeout: float) -> bytes | None:
+        try:
+            return self._inbox.get(timeout=max(timeout, 0.0)) if timeout > 0 else self._inbox.get_nowait()
+        except queue.Empty:
+            return None
+
+    def close(self) -> None:
+        """Nothing to release: the fabric owns the links."""
+
+
+def _ip_bytes(ip: str) -> bytes:
+    return bytes(int(b) for b in ip.split("."))
+
+
+def _uplink_prefix(host: Host) -> bytes:
+    """Ethernet/IPv4/UDP header bytes of every INC packet from `host`, built once with Scapy."""
+    frame = (Ether(src=host.mac, dst=AGG_MAC) / IP(src=host.ip, dst=AGG_IP)
+             / UDP(sport=host.udp_port, dport=INC_PORT, chksum=0) / Raw(bytes(PAYLOAD_SIZE)))
+    return bytes(frame)[:_ETH_IP_UDP]

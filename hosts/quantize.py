@@ -1,0 +1,56 @@
+"""Block floating point for float32 AllReduce: each K-element chunk travels as int32
+q = round(x * 2^s) with a shared exponent E (all |x| < 2^E) and s = 30 - ceil(log2 N) - E,
+so the switch's N-way int32 sum cannot overflow. Error bound: see docs/protocol.md.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+EXPONENT_MIN = -128     # an all-zero chunk: no constraint
+EXPONENT_MAX = 127      # int8; values at or above 2^127 cannot be represented
+
+
+def headroom_bits(num_workers: int) -> int:
+    """Bits kept free so that the sum of `num_workers` values fits: ceil(log2 N)."""
+    return max(0, math.ceil(math.log2(num_workers)))
+
+
+def scale_bits(exponents: np.ndarray, num_workers: int) -> np.ndarray:
+    """s per chunk: one bit of margin for rounding, headroom for the sum."""
+    return 30 - headroom_bits(num_workers) - np.asarray(exponents, dtype=np.int64)
+
+
+def chunk_exponents(chunks: np.ndarray) -> np.ndarray:
+    """Per row, the smallest E (clamped to int8) with every |x| < 2^E; non-finite rows get the maximum."""
+    with np.errstate(invalid="ignore"):
+        maxabs = np.max(np.abs(chunks.astype(np.float64)), axis=1)
+    _, e = np.frexp(maxabs)                     # maxabs = m * 2^e with 0.5 <= m < 1, so maxabs < 2^e
+    e = np.where(maxabs == 0, EXPONENT_MIN, e)
+    e = np.where(np.isfinite(maxabs), e, EXPONENT_MAX + 1)
+    return np.clip(e, EXPONENT_MIN, EXPONENT_MAX + 1).astype(np.int64)
+
+
+def quantize(chunks: np.ndarray, exponents: np.ndarray, num_workers: int) -> tuple[np.ndarray, np.ndarray]:
+    """Int32 rows for float rows at the given exponents, and per row whether it fit.
+
+    A row that does not fit (a value at or above 2^E, or not finite) is sent as zeros
+    with FLAG_OVERFLOW, so the switch's result tells every worker to redo it.
+    """
+    x = chunks.astype(np.float64)
+    fits = np.all(np.isfinite(x), axis=1) & (chunk_exponents(chunks) <= np.asarray(exponents))
+    with np.errstate(invalid="ignore", over="ignore"):
+        q = np.rint(np.ldexp(x, scale_bits(exponents, num_workers)[:, None]))
+    q[~fits] = 0
+    return q.astype(np.int32), fits
+
+
+def dequantize(sums: np.ndarray, exponents: np.ndarray, num_workers: int) -> np.ndarray:
+    """Float32 rows from the switch's int32 sums at the exponents they were sent with."""
+    return np.ldexp(sums.astype(np.float64), -scale_bits(exponents, num_workers)[:, None]).astype(np.float32)
+
+
+def error_bound(exponents: np.ndarray, num_workers: int) -> np.ndarray:
+    """Per row, the largest |sum - exact sum| before the final float32 rounding: N half-units."""
+    return num_workers * 0.5 * np.ldexp(1.0, -scale_bits(exponents, num_workers))

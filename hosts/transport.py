@@ -1,0 +1,60 @@
+"""How a worker agent reaches the aggregator: a small Transport interface and its
+kernel UDP socket implementation for Mininet hosts (the in-process one is in inprocess.py).
+"""
+from __future__ import annotations
+
+import logging
+import select
+import socket
+from typing import Protocol
+
+from hosts.inc import AGG_IP, INC_PORT
+
+log = logging.getLogger(__name__)
+
+
+class Transport(Protocol):
+    """Carries INC UDP payloads between one worker and the switch."""
+
+    def send(self, payload: bytes) -> None:
+        """Send one INC payload (header and elements) to the aggregator."""
+
+    def recv(self, timeout: float) -> bytes | None:
+        """The next INC payload addressed to this worker, or None after `timeout` seconds."""
+
+    def close(self) -> None:
+        """Release the transport's resources."""
+
+
+class UdpTransport:
+    """A kernel UDP socket bound to the worker's INC port, sending to the aggregator."""
+
+    def __init__(self, aggregator: tuple[str, int] = (AGG_IP, INC_PORT),
+                 bind: tuple[str, int] = ("0.0.0.0", INC_PORT), interface: str | None = None) -> None:
+        self.aggregator = aggregator
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+            if interface:
+                self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, interface.encode())
+            self.sock.bind(bind)
+        except OSError:
+            self.sock.close()
+            raise
+        self.sock.setblocking(False)
+        log.debug("UDP transport on %s to %s", bind, aggregator)
+
+    def send(self, payload: bytes) -> None:
+        self.sock.sendto(payload, self.aggregator)
+
+    def recv(self, timeout: float) -> bytes | None:
+        ready, _, _ = select.select([self.sock], [], [], max(timeout, 0.0))
+        if not ready:
+            return None
+        try:
+            return self.sock.recv(2048)
+        except BlockingIOError:
+            return None
+
+    def close(self) -> None:
+        self.sock.close()
