@@ -1,0 +1,70 @@
+"""The INC wire format: the Scapy layer round-trips and the hot-path packer produces
+exactly the bytes the Scapy layer builds."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scapy.layers.inet import IP, UDP
+from scapy.layers.l2 import Ether
+
+from hosts.inc import (AGG_IP, FLAG_OVERFLOW, FLAG_RESENT, HEADER_SIZE, INC_K, INC_PORT, OP_CONTRIB,
+                       OP_RESULT, PAYLOAD_SIZE, Inc, IncFormatError, IncHeader, pack, unpack)
+
+HEADERS = [
+    IncHeader(opcode=OP_CONTRIB, job_id=1, worker_id=0, count=1, slot=0, pool_version=0, seq=0),
+    IncHeader(opcode=OP_RESULT, job_id=0xFFFF, worker_id=31, count=INC_K, slot=0x7FFF, pool_version=1,
+              seq=0xFFFFFFFF, flags=FLAG_OVERFLOW | FLAG_RESENT, exponent=-128, need=127),
+    IncHeader(opcode=OP_CONTRIB, job_id=7, worker_id=3, count=17, slot=300, pool_version=1, seq=123456,
+              exponent=5, need=-3),
+]
+
+
+def _scapy(h: IncHeader, elements: list[int]) -> Inc:
+    return Inc(version=h.version, opcode=h.opcode, flags=h.flags, job_id=h.job_id, worker_id=h.worker_id,
+               count=h.count, pool_version=h.pool_version, slot=h.slot, seq=h.seq, exponent=h.exponent,
+               need=h.need, elements=elements)
+
+
+@pytest.mark.parametrize("header", HEADERS)
+def test_fast_packer_matches_scapy_bytes(header: IncHeader) -> None:
+    rng = np.random.default_rng(header.seq)
+    elements = rng.integers(-2**31, 2**31, size=header.count, dtype=np.int64).astype(np.int32)
+    assert pack(header, elements) == bytes(_scapy(header, elements.tolist()))
+
+
+@pytest.mark.parametrize("header", HEADERS)
+def test_unpack_reads_what_scapy_built(header: IncHeader) -> None:
+    elements = list(range(-5, -5 + header.count))
+    got_header, got_elements = unpack(bytes(_scapy(header, elements)))
+    assert got_header == header
+    assert got_elements.tolist() == elements + [0] * (INC_K - header.count)
+
+
+def test_layer_is_bound_to_the_inc_port_both_ways() -> None:
+    request = Ether() / IP(dst=AGG_IP) / UDP(sport=40000, dport=INC_PORT) / Inc(job_id=9, elements=[1, 2])
+    reply = Ether() / IP() / UDP(sport=INC_PORT, dport=40000) / Inc(opcode=OP_RESULT, job_id=9)
+    for pkt in (request, reply):
+        parsed = Ether(bytes(pkt))
+        assert parsed.haslayer(Inc)
+        assert parsed[Inc].job_id == 9
+    assert Ether(bytes(request))[Inc].elements[:3] == [1, 2, 0]
+
+
+def test_layer_fills_count_and_pads_elements() -> None:
+    raw = bytes(Inc(elements=[-1, 2, 3]))
+    assert len(raw) == PAYLOAD_SIZE
+    assert raw[5] == 3
+    assert raw[HEADER_SIZE:HEADER_SIZE + 12] == bytes.fromhex("ffffffff0000000200000003")
+    assert raw[HEADER_SIZE + 12:] == bytes(4 * (INC_K - 3))
+
+
+def test_more_than_k_elements_are_refused() -> None:
+    with pytest.raises(ValueError):
+        pack(HEADERS[0], np.zeros(INC_K + 1, np.int32))
+    with pytest.raises(ValueError):
+        bytes(Inc(elements=[0] * (INC_K + 1)))
+
+
+def test_unpack_refuses_a_truncated_payload() -> None:
+    with pytest.raises(IncFormatError):
+        unpack(pack(HEADERS[0], np.ones(1, np.int32))[:-1])
