@@ -1,0 +1,123 @@
+"""CLI for one worker inside a Mininet host: runs `allreduce` on a .npy tensor or on a
+generated one (which every worker can also compute for the others, so --check verifies the
+sum against numpy), and prints one JSON line of timings for the benchmarks.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from hosts.agent import IncError, JobConfig, Worker
+from hosts.inc import AGG_IP, INC_PORT
+from hosts.transport import UdpTransport
+
+log = logging.getLogger(__name__)
+
+
+def generated_tensor(seed: int, worker_id: int, size: int, dtype: str) -> np.ndarray:
+    """Worker `worker_id`'s input for a --size run: small ints, or normal floats."""
+    rng = np.random.default_rng([seed, worker_id])
+    if dtype == "int32":
+        return rng.integers(-1000, 1000, size=size, dtype=np.int32)
+    return rng.standard_normal(size).astype(np.float32)
+
+
+def expected_sum(seed: int, num_workers: int, size: int, dtype: str) -> np.ndarray:
+    """The exact sum of every worker's generated input, in float64 for float32 runs."""
+    wide = np.int64 if dtype == "int32" else np.float64
+    return np.sum([generated_tensor(seed, w, size, dtype).astype(wide) for w in range(num_workers)], axis=0)
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    host, _, port = text.partition(":")
+    try:
+        return host, int(port) if port else INC_PORT
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not IP or IP:PORT") from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m hosts.worker",
+        description="One worker of an in-network AllReduce job. Start one per host, with the same "
+                    "--job-id, --workers, --size/--dtype (or same-shaped --input) and --seed; the "
+                    "controller must have installed the job. Prints a JSON line of timings.")
+    p.add_argument("--job-id", type=int, required=True, help="job id the controller installed")
+    p.add_argument("--worker-id", type=int, required=True, help="this worker's id, 0..workers-1")
+    p.add_argument("--workers", type=int, required=True, help="number of workers in the job")
+    p.add_argument("--aggregator", type=parse_address, default=(AGG_IP, INC_PORT),
+                   help=f"the switch's aggregator address IP[:PORT] (default {AGG_IP}:{INC_PORT})")
+    p.add_argument("--port", type=int, default=INC_PORT,
+                   help="local UDP port results arrive on, as in the controller's worker entry "
+                        f"(default {INC_PORT})")
+    p.add_argument("--interface", help="bind to this interface (e.g. h1-eth0; needs root)")
+    data = p.add_mutually_exclusive_group(required=True)
+    data.add_argument("--input", type=Path, help="a .npy file with an int32 or float32 array")
+    data.add_argument("--size", type=int, help="generate a tensor of this many elements")
+    p.add_argument("--dtype", choices=("int32", "float32"), default="float32",
+                   help="dtype of the generated tensor (default float32)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the generated tensors (default 0)")
+    p.add_argument("--check", action="store_true",
+                   help="with --size: compare the result against numpy's sum of all workers' tensors")
+    p.add_argument("--output", type=Path, help="write the result of the last iteration to this .npy file")
+    p.add_argument("--iterations", type=int, default=1, help="AllReduce calls to time (default 1)")
+    p.add_argument("--window", type=int, default=16, help="slots in flight, at most the job's slots (default 16)")
+    p.add_argument("--timeout", type=float, default=20.0,
+                   help="milliseconds before a chunk is retransmitted (default 20)")
+    p.add_argument("--max-retries", type=int, default=200, help="retransmissions before giving up (default 200)")
+    p.add_argument("-v", "--verbose", action="store_true", help="log every retransmission")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    if args.check and args.size is None:
+        print("error: --check needs --size (generated tensors)", file=sys.stderr)
+        return 2
+    try:
+        config = JobConfig(args.job_id, args.worker_id, args.workers, window=args.window,
+                           timeout=args.timeout / 1000, max_retries=args.max_retries)
+        if args.input is not None:
+            tensor = np.load(args.input, allow_pickle=False)
+        else:
+            tensor = generated_tensor(args.seed, args.worker_id, args.size, args.dtype)
+        transport = UdpTransport(args.aggregator, ("0.0.0.0", args.port), args.interface)
+    except (ValueError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    worker = Worker(config, transport)
+    times = []
+    try:
+        for _ in range(args.iterations):
+            start = time.perf_counter()
+            result = worker.allreduce(tensor)
+            times.append(time.perf_counter() - start)
+    except (IncError, TypeError) as e:
+        print(f"error: worker {args.worker_id}: {e}", file=sys.stderr)
+        return 1
+    finally:
+        transport.close()
+    report = {"job_id": args.job_id, "worker_id": args.worker_id, "workers": args.workers,
+              "elements": int(tensor.size), "dtype": str(tensor.dtype), "seconds": times}
+    if args.check:
+        expected = expected_sum(args.seed, args.workers, args.size, args.dtype)
+        error = float(np.max(np.abs(result.astype(np.float64) - expected), initial=0.0))
+        report["max_abs_error"] = error
+        tolerance = 0.0 if args.dtype == "int32" else 1e-4 * max(1.0, float(np.max(np.abs(expected), initial=0.0)))
+        report["correct"] = error <= tolerance
+    if args.output is not None:
+        np.save(args.output, result)
+    print(json.dumps(report))
+    return 0 if report.get("correct", True) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
