@@ -88,7 +88,7 @@ header inc_t {
     bit<1>  pool_version;  // which of the slot's two copies (flips on each reuse)
     bit<15> slot;          // slot index within the job's range
     bit<32> seq;           // chunk sequence number within the job, increasing
-    bit<8>  scale;         // int8: elements are round(x * 2^scale); carried unchanged
+    bit<8>  exponent;      // int8: the chunk's shared block exponent (float32 jobs); carried unchanged
     bit<8>  need;          // int8: exponent the sender needs; a result carries the max
     bit<16> reserved;      // zero
 }
