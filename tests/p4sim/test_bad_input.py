@@ -81,7 +81,7 @@ CASES = {
         statements="        standard_metadata.egress_spec = ⟦no_such_port⟧;"),
     "unknown_field": bad_program(
         r"etherTipe",
-        statements="        hdr.eth.etherType = hdr.eth.⟦etherTipe⟧;"),
+        statements="        hdr.eth.etherType = ⟦hdr.eth.etherTipe⟧;"),
     "width_mismatch": bad_program(
         r"16.*8|8.*16",
         statements="        ⟦bit<8> narrow = hdr.eth.etherType⟧;"),
