@@ -91,12 +91,12 @@ class P4RuntimeSwitch(Switch):
         self._log_file: IO[bytes] | None = None
         self._pidfile: Recorded | None = None
 
-    def ports(self) -> list[tuple[int, str]]:
+    def data_ports(self) -> list[tuple[int, str]]:
         """Data-plane ports as (port number, interface name); the control `lo` is not one."""
         return sorted((port, intf.name) for port, intf in self.intfs.items() if intf.name != "lo")
 
     def command(self) -> list[str]:
-        return self.build_command(TargetArgs(tuple(self.ports()), self.device_id, self.grpc_addr,
+        return self.build_command(TargetArgs(tuple(self.data_ports()), self.device_id, self.grpc_addr,
                                              self.thrift_port, self.cpu_port, self.pcap_dir, self.log_console))
 
     @staticmethod

@@ -1,0 +1,57 @@
+"""The fabric itself, with a stand-in switch target: hosts get their addresses, offloads
+and IPv6 off and impairments; a target that fails to start is reported and nothing leaks.
+"""
+import pytest
+
+from topologies.cleanup import leftovers
+from topologies.fabric import Impairment
+from topologies.switches import SwitchError
+
+pytestmark = pytest.mark.mininet
+
+
+def test_hosts_get_address_mac_and_quiet_interface(star_fabric, dummy_target):
+    fabric = star_fabric(3)
+    for i in (1, 2, 3):
+        out = fabric.sh(f"h{i}", f"ip -o addr show h{i}-eth0; ip -o link show h{i}-eth0")
+        assert f"inet 10.0.0.{i}/24" in out and f"link/ether 08:00:00:00:00:0{i}" in out
+        assert "tx-checksumming: off" in fabric.sh(f"h{i}", f"ethtool -k h{i}-eth0")
+        assert fabric.sh(f"h{i}", "sysctl -n net.ipv6.conf.all.disable_ipv6").strip() == "1"
+
+
+def test_switch_target_gets_one_interface_per_port(star_fabric, dummy_target):
+    fabric = star_fabric(2)
+    switch = fabric.net["s1"]
+    assert switch.data_ports() == [(1, "s1-eth1"), (2, "s1-eth2")]
+    cmdline = open(f"/proc/{switch.proc.pid}/cmdline").read().split("\0")
+    assert cmdline[-5:-1] == ["-i", "1@s1-eth1", "-i", "2@s1-eth2"]
+
+
+def test_running_fabric_is_visible_to_cleanup_and_gone_after_stop(star_fabric, dummy_target):
+    fabric = star_fabric(2)
+    found = leftovers(fabric.options.build_dir, fabric.topo)
+    assert "interface s1-eth1" in found and any("p4inc-dummy-target" in f for f in found)
+    assert any("mininet:h1" in f for f in found)
+    fabric.stop()
+    assert leftovers(fabric.options.build_dir, fabric.topo) == []
+
+
+def test_host_program_is_stopped_with_the_fabric(star_fabric, dummy_target):
+    fabric = star_fabric(2)
+    proc = fabric.popen("h1", ["sleep", "600"])
+    fabric.stop()
+    assert proc.poll() is not None
+
+
+def test_impairment_rules_are_installed_in_every_host(star_fabric, dummy_target):
+    fabric = star_fabric(2, impairment=Impairment(loss_pct=5, duplicate_pct=1))
+    for h in ("h1", "h2"):
+        rules = fabric.sh(h, "nft list table netdev p4inc_impair")
+        assert "numgen random mod 10000 < 500 drop" in rules and f'dup to "{h}-eth0"' in rules
+
+
+def test_target_that_dies_at_start_is_reported_with_its_log(star_fabric, dummy_target, monkeypatch):
+    monkeypatch.setattr(dummy_target, "build_command", staticmethod(
+        lambda args: ["sh", "-c", "echo cannot open port 1 >&2; exit 3", "p4inc-dummy-target"]))
+    with pytest.raises(SwitchError, match=r"(?s)exited with code 3 while starting.*cannot open port 1"):
+        star_fabric(2)
