@@ -5,9 +5,13 @@ veth pairs to P4Runtime switch nodes, with optional loss and duplication on host
 from __future__ import annotations
 
 import logging
+import signal
 import subprocess
+import threading
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 from mininet.link import Link, TCLink
 from mininet.net import Mininet
@@ -116,6 +120,10 @@ class Fabric:
                 self._impair(spec.name, spec.intf, self.options.impairment)
 
     def stop(self) -> None:
+        with _uninterrupted():
+            self._stop()
+
+    def _stop(self) -> None:
         for proc, rec in self._children:
             if proc.poll() is None:
                 log.info("stopping %s (pid %d)", rec.marker, proc.pid)
@@ -175,6 +183,19 @@ class Fabric:
         out, _ = proc.communicate(impairment.nft_ruleset(intf))
         if proc.returncode != 0:
             raise FabricError(f"{host}: cannot set loss/duplication on {intf} with nft: {out.strip()}")
+
+
+@contextmanager
+def _uninterrupted() -> Iterator[None]:
+    """A second Ctrl-C while stopping must not leave half a fabric behind."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 class _MininetTopo(Topo):

@@ -1,0 +1,141 @@
+"""The other p4inc pieces a fabric drives, each behind one function and through its CLI:
+the P4 compiler (`p4sim compile` or p4c), the controller (`python -m controller`), and the
+host workers of an AllReduce job (`python -m hosts.worker`, one per host).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from topologies.fabric import Fabric
+from topologies.procs import end_child
+from topologies.spec import JobSpec
+from topologies.switches import REPO_ROOT
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PROGRAM = REPO_ROOT / "p4src" / "allreduce.p4"
+CONTROLLER_TIMEOUT_S = 120.0
+
+
+class PieceError(RuntimeError):
+    """A compiler, controller or worker run that failed; the message carries its stderr."""
+
+
+@dataclass(frozen=True)
+class WorkerResult:
+    worker_id: int
+    host: str
+    result: np.ndarray
+    report: dict            # the worker's JSON line: elements, dtype, seconds, ...
+
+
+def compile_program(target: str, source: Path, build_dir: Path) -> str:
+    """Write BUILD/NAME.p4info.txt and BUILD/NAME.json for the target; return NAME."""
+    name = source.stem
+    build_dir.mkdir(parents=True, exist_ok=True)
+    if target == "bmv2":
+        p4c = shutil.which("p4c")
+        if p4c is None:
+            raise PieceError("p4c is not installed (not on PATH): install it, or use TARGET=p4sim")
+        cmd = [p4c, "--target", "bmv2", "--arch", "v1model",
+               "--p4runtime-files", str(build_dir / f"{name}.p4info.txt"), "-o", str(build_dir), str(source)]
+    else:
+        cmd = [sys.executable, "-m", "p4sim", "compile", str(source), "-o", str(build_dir)]
+    _run(cmd, f"compiling {source}")
+    return name
+
+
+def setup_controller(topology_path: Path, build_dir: Path, program: str, target: str) -> None:
+    """Push the pipeline and install forwarding, jobs and multicast groups on every switch."""
+    _run([sys.executable, "-m", "controller", "setup", "--topo", str(topology_path), "--target", target,
+          "--build-dir", str(build_dir), "--program", program], "controller setup")
+
+
+def clear_job_slots(topology_path: Path, job_id: int, target: str) -> None:
+    """Zero a job's slot state, so that freshly started workers (seq 0) are not taken as stale."""
+    _run([sys.executable, "-m", "controller", "clear-slots", str(job_id), "--topo", str(topology_path),
+          "--target", target], f"controller clear-slots {job_id}")
+
+
+def read_counters(topology_path: Path, switch: str, target: str) -> dict[str, list[dict[str, int]]]:
+    """Every indirect counter of a switch: name -> [{"packets": p, "bytes": b}, ...]."""
+    out = _run([sys.executable, "-m", "controller", "counters", "--topo", str(topology_path),
+                "--switch", switch, "--target", target], f"controller counters --switch {switch}")
+    try:
+        return json.loads(out)
+    except json.JSONDecodeError:
+        raise PieceError(f"controller counters printed no JSON: {out[:200]!r}") from None
+
+
+def run_allreduce(fabric: Fabric, job: JobSpec, tensors: list[np.ndarray], work_dir: Path, *,
+                  timeout_s: float = 600.0, worker_args: tuple[str, ...] = ()) -> list[WorkerResult]:
+    """AllReduce `tensors[w]` from worker w's host at once; return each worker's result.
+
+    Every worker runs `python -m hosts.worker` in its host's namespace on a .npy input.
+    A worker that fails or outlives `timeout_s` is a PieceError naming it; the others are
+    then stopped too, so nothing outlives the call.
+    """
+    if len(tensors) != len(job.workers):
+        raise PieceError(f"job {job.job_id} has {len(job.workers)} workers, got {len(tensors)} tensors")
+    work_dir.mkdir(parents=True, exist_ok=True)
+    procs: list[tuple[int, str, subprocess.Popen, Path]] = []
+    try:
+        for w, (host, tensor) in enumerate(zip(job.workers, tensors)):
+            inp, out = work_dir / f"w{w}-in.npy", work_dir / f"w{w}-out.npy"
+            np.save(inp, tensor)
+            out.unlink(missing_ok=True)
+            cmd = [sys.executable, "-m", "hosts.worker", "--job-id", str(job.job_id), "--worker-id", str(w),
+                   "--workers", str(len(job.workers)), "--interface", fabric.topo.hosts[host].intf,
+                   "--input", str(inp), "--output", str(out), *worker_args]
+            procs.append((w, host, fabric.popen(host, cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE,
+                                                stderr=subprocess.PIPE, text=True), out))
+        results = []
+        for w, host, proc, out in procs:
+            try:
+                stdout, stderr = proc.communicate(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                raise PieceError(f"worker {w} on {host} did not finish within {timeout_s:.0f} s") from None
+            if proc.returncode != 0:
+                raise PieceError(f"worker {w} on {host} failed (exit {proc.returncode}): {stderr.strip()}")
+            results.append(WorkerResult(w, host, np.load(out), _last_json_line(stdout, w)))
+        return results
+    finally:
+        for _, _, proc, _ in procs:
+            end_child(proc)
+
+
+def float_tolerance(tensors: list[np.ndarray]) -> float:
+    """How far a float32 AllReduce may be from the exact sum: block floating point keeps
+    about 20 bits of the largest value in a packet (docs/protocol.md), so allow N * max|x| * 2^-18.
+    """
+    largest = max(float(np.max(np.abs(t), initial=0.0)) for t in tensors)
+    return len(tensors) * max(largest, 1e-30) * 2.0 ** -18
+
+
+def _last_json_line(stdout: str, worker: int) -> dict:
+    for line in reversed(stdout.splitlines()):
+        try:
+            return json.loads(line)
+        except json.JSONDecodeError:
+            continue
+    raise PieceError(f"worker {worker} printed no JSON report: {stdout[-200:]!r}")
+
+
+def _run(cmd: list[str], what: str) -> str:
+    log.info("%s: %s", what, " ".join(cmd))
+    try:
+        done = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=CONTROLLER_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise PieceError(f"{what} did not finish within {CONTROLLER_TIMEOUT_S:.0f} s") from None
+    if done.returncode != 0:
+        detail = (done.stderr or done.stdout).strip()
+        raise PieceError(f"{what} failed (exit {done.returncode}): {detail}")
+    return done.stdout

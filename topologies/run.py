@@ -1,0 +1,135 @@
+"""`python -m topologies.run`: build a Mininet fabric, start its P4 switches, configure them
+with the controller, then open the Mininet CLI (`make run`) or run the AllReduce demo
+(`make demo`). Everything started is stopped on the way out, also on Ctrl-C.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from mininet.cli import CLI
+from mininet.log import setLogLevel
+
+from topologies.fabric import Fabric, FabricError, FabricOptions, Impairment
+from topologies.pieces import (DEFAULT_PROGRAM, PieceError, clear_job_slots, compile_program, float_tolerance,
+                               read_counters, run_allreduce, setup_controller)
+from topologies.spec import Topology, TopologyError, leaf_spine, star
+from topologies.switches import TARGETS, SwitchError
+
+log = logging.getLogger(__name__)
+
+DEMO_BYTES = 1 << 20
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m topologies.run",
+        description="Build a Mininet fabric of P4 switches (p4sim or BMv2) and hosts, write BUILD/topology.json, "
+                    "compile and push the program with the controller, run each host's commands, then open "
+                    "the Mininet CLI (--cli) or run the AllReduce demo (--demo). Needs root. Everything it "
+                    "starts is stopped when it ends, also on Ctrl-C.",
+        epilog="examples:\n"
+               "  python -m topologies.run --topo star --hosts 4 --cli\n"
+               "  python -m topologies.run --hosts 4 --demo --loss 1\n"
+               "  python -m topologies.run --topo leaf-spine --leaves 2 --spines 1 --hosts 2 --cli",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--topo", choices=("star", "leaf-spine"), default="star", help="fabric shape (default: star)")
+    p.add_argument("--hosts", type=int, default=4,
+                   help="hosts of the star (2..8), or hosts per leaf of a leaf-spine (default: 4)")
+    p.add_argument("--leaves", type=int, default=2, help="leaf switches of a leaf-spine (default: 2)")
+    p.add_argument("--spines", type=int, default=1, help="spine switches of a leaf-spine (default: 1)")
+    p.add_argument("--target", choices=TARGETS, default=os.environ.get("TARGET", "p4sim"),
+                   help="switch target (default: $TARGET or p4sim)")
+    p.add_argument("--program", type=Path, default=DEFAULT_PROGRAM,
+                   help="P4 program the switches run (default: the repository's p4src/allreduce.p4)")
+    p.add_argument("--build-dir", type=Path, default=Path("build"),
+                   help="compiled program, topology.json, logs/, pcaps/ and run/ go here (default: build)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--cli", action="store_true", help="open the Mininet CLI once the fabric is up")
+    mode.add_argument("--demo", action="store_true",
+                      help="AllReduce a 1 MiB float32 tensor from every host, check it against numpy, "
+                           "print the time and the switch counters")
+    p.add_argument("--demo-bytes", type=int, default=DEMO_BYTES, help="tensor size of the demo (default: 1 MiB)")
+    p.add_argument("--loss", type=float, default=0.0, help="random loss on every host link, percent each way")
+    p.add_argument("--duplicate", type=float, default=0.0, help="random duplication host -> switch, percent")
+    p.add_argument("--pcap", action="store_true", help="the switches write pcaps to BUILD/pcaps/")
+    p.add_argument("--log-console", action="store_true", help="the switches log every packet to BUILD/logs/")
+    p.add_argument("-v", "--verbose", action="store_true", help="log what is started and Mininet's steps")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    setLogLevel("info" if args.verbose else "output")
+    if os.geteuid() != 0:
+        print("error: Mininet needs root (network namespaces and veths); run as root, e.g. sudo make run",
+              file=sys.stderr)
+        return 2
+    # SIGTERM unwinds like Ctrl-C, so the fabric is stopped either way.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    try:
+        topo = build_topology(args)
+        impairment = Impairment(args.loss, args.duplicate) if args.loss or args.duplicate else None
+        options = FabricOptions(target=args.target, build_dir=args.build_dir, pcap=args.pcap,
+                                log_console=args.log_console, impairment=impairment)
+        program = compile_program(args.target, args.program, args.build_dir)
+        with Fabric(topo, options) as fabric:
+            setup_controller(options.topology_path, args.build_dir, program, args.target)
+            fabric.run_host_commands()
+            print(f"fabric up: {len(topo.hosts)} hosts, switches {', '.join(topo.switches)} ({args.target}); "
+                  f"topology in {options.topology_path}, logs in {options.log_dir}")
+            if args.demo:
+                return demo(fabric, args)
+            if args.cli:
+                CLI(fabric.net)
+        return 0
+    except KeyboardInterrupt:
+        print("\ninterrupted: fabric stopped", file=sys.stderr)
+        return 130
+    except (TopologyError, FabricError, SwitchError, PieceError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+
+
+def build_topology(args: argparse.Namespace) -> Topology:
+    if args.topo == "leaf-spine":
+        return leaf_spine(args.leaves, args.spines, args.hosts)
+    return star(args.hosts)
+
+
+def demo(fabric: Fabric, args: argparse.Namespace) -> int:
+    """Every worker AllReduces its own random float32 tensor; compare with numpy's sum."""
+    job = fabric.topo.jobs[0]
+    elements = max(1, args.demo_bytes // 4)
+    rng = np.random.default_rng(2026)
+    tensors = [rng.standard_normal(elements).astype(np.float32) for _ in job.workers]
+    expected = np.sum(np.array(tensors, dtype=np.float64), axis=0)
+    clear_job_slots(fabric.options.topology_path, job.job_id, args.target)
+    print(f"AllReduce of {elements} float32 ({args.demo_bytes / 2**20:.2f} MiB) over {len(job.workers)} workers ...")
+    start = time.perf_counter()
+    results = run_allreduce(fabric, job, tensors, args.build_dir / "demo")
+    wall = time.perf_counter() - start
+    tolerance = float_tolerance(tensors)
+    worst = max(float(np.max(np.abs(r.result.astype(np.float64) - expected))) for r in results)
+    slowest = max(max(r.report.get("seconds", [0.0])) for r in results)
+    ok = worst <= tolerance
+    print(f"{'OK' if ok else 'WRONG'}: max |result - numpy| = {worst:.3g} (tolerance {tolerance:.3g}); "
+          f"allreduce {slowest:.3f} s in the slowest worker, {wall:.3f} s with process start-up")
+    for switch in fabric.topo.switches:
+        counters = read_counters(fabric.options.topology_path, switch, args.target)
+        packets = {name: sum(c["packets"] for c in cells) for name, cells in counters.items()}
+        print(f"{switch} counters:", json.dumps(packets, indent=2))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
