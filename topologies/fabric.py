@@ -25,6 +25,7 @@ from topologies.switches import switch_class
 log = logging.getLogger(__name__)
 
 TOPOLOGY_FILE = "topology.json"
+IMPAIR_TABLE = "p4inc_impair"
 
 
 class FabricError(RuntimeError):
@@ -50,7 +51,7 @@ class Impairment:
         egress = [f"{below(self.loss_pct)} drop"] if self.loss_pct else []
         egress += [f'{below(self.duplicate_pct)} dup to "{intf}"'] if self.duplicate_pct else []
         ingress = [f"{below(self.loss_pct)} drop"] if self.loss_pct else []
-        lines = ["table netdev p4inc_impair {"]
+        lines = [f"table netdev {IMPAIR_TABLE} {{"]
         for hook, rules in (("egress", egress), ("ingress", ingress)):
             lines += [f"  chain {hook} {{", f'    type filter hook {hook} device "{intf}" priority 0;',
                       *(f"    {rule}" for rule in rules), "  }"]
@@ -116,8 +117,7 @@ class Fabric:
         if self.options.static_arp:
             self.net.staticArp()
         if self.options.impairment:
-            for spec in self.topo.hosts.values():
-                self._impair(spec.name, spec.intf, self.options.impairment)
+            self.impair(self.options.impairment)
 
     def stop(self) -> None:
         with _uninterrupted():
@@ -177,12 +177,18 @@ class Fabric:
                 if node in self.net.switches:
                     node.cmd(f"sysctl -qw net.ipv6.conf.{intf.name}.disable_ipv6=1")
 
-    def _impair(self, host: str, intf: str, impairment: Impairment) -> None:
-        proc = self.host(host).popen(["nft", "-f", "-"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True)
-        out, _ = proc.communicate(impairment.nft_ruleset(intf))
-        if proc.returncode != 0:
-            raise FabricError(f"{host}: cannot set loss/duplication on {intf} with nft: {out.strip()}")
+    def impair(self, impairment: Impairment | None) -> None:
+        """Replace the loss/duplication rules on every host link (None: no impairment)."""
+        for spec in self.topo.hosts.values():
+            host = self.host(spec.name)
+            host.cmd(f"nft delete table netdev {IMPAIR_TABLE} 2>/dev/null")
+            if impairment is None:
+                continue
+            proc = host.popen(["nft", "-f", "-"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+            out, _ = proc.communicate(impairment.nft_ruleset(spec.intf))
+            if proc.returncode != 0:
+                raise FabricError(f"{spec.name}: cannot set loss/duplication on {spec.intf} with nft: {out.strip()}")
 
 
 @contextmanager

@@ -1,17 +1,24 @@
-"""Fixtures for packet-level tests in Mininet (root): a star fabric whose teardown stops
-everything it started and then fails the test if any process or veth is left over.
+"""Fixtures for packet-level tests in Mininet (root): star fabrics whose teardown stops
+everything they started and then fails if any process or veth is left over, and `inc_star`,
+a star running p4src/allreduce.p4 as the controller sets it up, shared by a module's tests.
 """
 from __future__ import annotations
 
+import re
 import socket
 import sys
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
+import numpy as np
 import pytest
 
 from topologies.cleanup import leftovers
 from topologies.fabric import Fabric, FabricOptions, Impairment
+from topologies.pieces import (DEFAULT_PROGRAM, clear_job_slots, compile_program, read_counters, run_allreduce,
+                               setup_controller)
 from topologies.spec import Topology, star
 
 StarFactory = Callable[..., Fabric]
@@ -24,19 +31,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def star_fabric(tmp_path: Path) -> Iterator[StarFactory]:
-    """`star_fabric(n, impairment=..., static_arp=...)` starts a star of n hosts on one switch.
-
-    Every fabric started is stopped after the test, even when it fails; then the test
-    errors if a switch, node shell, host program or switch veth of it survived.
-    """
+@contextmanager
+def fabrics(base_dir: Path) -> Iterator[StarFactory]:
+    """A factory of star fabrics; on exit all are stopped, then any leftover is an error."""
     started: list[tuple[Fabric, Topology]] = []
 
     def make(n_hosts: int, *, impairment: Impairment | None = None, static_arp: bool = False,
              target: str = "p4sim") -> Fabric:
         topo = star(n_hosts, grpc_port=free_port(), thrift_port=free_port())
-        options = FabricOptions(target=target, build_dir=tmp_path / f"fabric{len(started)}",
+        options = FabricOptions(target=target, build_dir=base_dir / f"fabric{len(started)}",
                                 impairment=impairment, static_arp=static_arp)
         fabric = Fabric(topo, options)
         started.append((fabric, topo))
@@ -50,6 +53,69 @@ def star_fabric(tmp_path: Path) -> Iterator[StarFactory]:
             fabric.stop()
     leaked = [what for fabric, topo in started for what in leftovers(fabric.options.build_dir, topo)]
     assert not leaked, f"the fabric left these behind: {leaked}"
+
+
+@pytest.fixture
+def star_fabric(tmp_path: Path) -> Iterator[StarFactory]:
+    """`star_fabric(n, impairment=..., static_arp=...)` starts a star of n hosts on one switch,
+    stopped after the test even when it fails."""
+    with fabrics(tmp_path) as make:
+        yield make
+
+
+@dataclass
+class IncStar:
+    """A star running the aggregation program, as the controller sets it up."""
+    fabric: Fabric
+    work_dir: Path
+
+    @property
+    def job(self):
+        return self.fabric.topo.jobs[0]
+
+    @property
+    def n(self) -> int:
+        return len(self.job.workers)
+
+    def allreduce(self, tensors: list[np.ndarray], *worker_args: str) -> list[np.ndarray]:
+        """Each worker w AllReduces tensors[w]; returns every worker's result, in worker order."""
+        clear_job_slots(self.fabric.options.topology_path, self.job.job_id, self.fabric.options.target)
+        results = run_allreduce(self.fabric, self.job, tensors, self.work_dir, timeout_s=900,
+                                worker_args=worker_args)
+        return [r.result for r in results]
+
+    def counters(self) -> dict[str, int]:
+        """Packets per counter of s1, summed over its cells."""
+        cells = read_counters(self.fabric.options.topology_path, "s1", self.fabric.options.target)
+        return {name: sum(c["packets"] for c in cell) for name, cell in cells.items()}
+
+    @contextmanager
+    def impaired(self, impairment: Impairment) -> Iterator[None]:
+        self.fabric.impair(impairment)
+        try:
+            yield
+        finally:
+            self.fabric.impair(None)
+
+    def ping(self, src: str, dst: str, count: int = 2) -> tuple[int, list[int]]:
+        """Echo replies `src` got from `dst`, and their TTLs."""
+        out = self.fabric.host(src).cmd(f"ping -c {count} -i 0.2 -W 2 {self.fabric.topo.hosts[dst].address}")
+        return len(re.findall(r"bytes from", out)), [int(t) for t in re.findall(r"ttl=(\d+)", out)]
+
+
+@pytest.fixture(scope="module")
+def inc_star(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[IncStar]:
+    """A star of `request.param` hosts (parametrize it indirectly) running allreduce.p4.
+
+    Module-scoped: pytest groups a module's tests by N, so each N starts one fabric.
+    """
+    n = getattr(request, "param", 4)
+    base = tmp_path_factory.mktemp(f"inc_star{n}")
+    program = compile_program("p4sim", DEFAULT_PROGRAM, base / "program")
+    with fabrics(base) as make:
+        fabric = make(n)
+        setup_controller(fabric.options.topology_path, base / "program", program, fabric.options.target)
+        yield IncStar(fabric, base / "tensors")
 
 
 @pytest.fixture

@@ -1,0 +1,106 @@
+"""AllReduce through p4sim running allreduce.p4 in a Mininet star: the sums equal numpy's
+(exactly for int32, within block-floating-point tolerance for float32) for N = 2, 4, 8 and
+lengths around the packet size K, also with random loss and duplication on every host link;
+and ordinary traffic (ping) crosses the same switch.
+"""
+import numpy as np
+import pytest
+
+from hosts.inc import INC_K as K
+from topologies.fabric import Impairment
+from topologies.pieces import float_tolerance
+
+pytestmark = pytest.mark.mininet
+
+LENGTHS = [1, K - 1, K, K + 1]
+ALL_N = pytest.mark.parametrize("inc_star", [2, 4, 8], indirect=True, ids=lambda n: f"N{n}")
+FOUR = pytest.mark.parametrize("inc_star", [4], indirect=True, ids=lambda n: f"N{n}")
+
+
+def int32_tensors(n: int, length: int, seed: int) -> list[np.ndarray]:
+    # Bounded so that no sum of 8 overflows int32: overflow is its own, reported, case.
+    rng = np.random.default_rng([seed, n, length])
+    return [rng.integers(-2**27, 2**27, size=length, dtype=np.int32) for _ in range(n)]
+
+
+def float32_tensors(n: int, length: int, seed: int) -> list[np.ndarray]:
+    rng = np.random.default_rng([seed, n, length])
+    return [(rng.standard_normal(length) * 10.0 ** rng.integers(-3, 4)).astype(np.float32) for _ in range(n)]
+
+
+def assert_int32_sums(results: list[np.ndarray], tensors: list[np.ndarray]) -> None:
+    expected = np.sum(np.array(tensors, dtype=np.int64), axis=0)
+    for r in results:
+        assert r.dtype == np.int32
+        np.testing.assert_array_equal(r, expected)
+
+
+def assert_float32_sums(results: list[np.ndarray], tensors: list[np.ndarray]) -> None:
+    expected = np.sum(np.array(tensors, dtype=np.float64), axis=0)
+    for r in results:
+        assert r.dtype == np.float32
+        np.testing.assert_allclose(r, expected, rtol=0, atol=float_tolerance(tensors))
+        np.testing.assert_array_equal(r, results[0])      # every worker gets the same bits
+
+
+@ALL_N
+@pytest.mark.parametrize("length", LENGTHS)
+def test_int32_sum_equals_numpy_exactly(inc_star, length):
+    tensors = int32_tensors(inc_star.n, length, seed=1)
+    assert_int32_sums(inc_star.allreduce(tensors), tensors)
+
+
+@ALL_N
+@pytest.mark.parametrize("length", LENGTHS)
+def test_float32_sum_is_within_tolerance_of_numpy(inc_star, length):
+    tensors = float32_tensors(inc_star.n, length, seed=2)
+    assert_float32_sums(inc_star.allreduce(tensors), tensors)
+
+
+@pytest.mark.parametrize("inc_star", [2], indirect=True, ids=lambda n: f"N{n}")
+def test_million_int32_elements_sum_exactly(inc_star):
+    tensors = int32_tensors(inc_star.n, 1_000_000, seed=3)
+    assert_int32_sums(inc_star.allreduce(tensors), tensors)
+
+
+@FOUR
+def test_million_float32_elements_sum_within_tolerance(inc_star):
+    tensors = float32_tensors(inc_star.n, 1_000_000, seed=4)
+    assert_float32_sums(inc_star.allreduce(tensors), tensors)
+
+
+@FOUR
+@pytest.mark.parametrize("loss_pct, length", [(1, 20_000), (5, 4_000)])
+def test_allreduce_completes_correctly_under_random_loss(inc_star, loss_pct, length):
+    tensors = int32_tensors(inc_star.n, length, seed=5)
+    before = inc_star.counters()
+    with inc_star.impaired(Impairment(loss_pct=loss_pct)):
+        results = inc_star.allreduce(tensors)
+    assert_int32_sums(results, tensors)
+    after = inc_star.counters()
+    # Loss must have made someone retransmit, or this test proved nothing.
+    recovered = sum(after[c] - before[c] for c in ("MyIngress.duplicate_drops", "MyIngress.results_resent"))
+    assert recovered > 0
+
+
+@FOUR
+def test_duplicated_contributions_do_not_change_the_sum(inc_star):
+    tensors = float32_tensors(inc_star.n, 4_000, seed=6)
+    before = inc_star.counters()
+    with inc_star.impaired(Impairment(loss_pct=1, duplicate_pct=5)):
+        results = inc_star.allreduce(tensors)
+    assert_float32_sums(results, tensors)
+    after = inc_star.counters()
+    assert after["MyIngress.duplicate_drops"] + after["MyIngress.results_resent"] > (
+        before["MyIngress.duplicate_drops"] + before["MyIngress.results_resent"])
+
+
+@ALL_N
+def test_hosts_ping_each_other_through_the_switch(inc_star):
+    hosts = list(inc_star.fabric.topo.hosts)
+    for src in hosts:
+        for dst in hosts:
+            if src != dst:
+                received, ttls = inc_star.ping(src, dst)
+                # Switched, not routed: the TTL arrives as the sender set it.
+                assert (received, ttls) == (2, [64, 64]), f"{src} -> {dst}"
