@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -32,7 +33,8 @@ def clean(build_dir: Path) -> list[str]:
     for rec in records:
         if rec.alive():
             removed.append(f"process {rec.pid} ({rec.marker})")
-        end(rec)
+        # An interactive shell ignores SIGTERM; SIGHUP is how Mininet ends its node shells.
+        end(rec, first=signal.SIGHUP if "mininet:" in rec.marker else signal.SIGTERM)
     for name in _present_intfs(build_dir, None):
         # Deleting one end of a veth deletes its peer in the host namespace too.
         subprocess.run(["ip", "link", "del", name], check=False, capture_output=True)

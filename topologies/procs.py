@@ -60,9 +60,9 @@ def running(pid: int, marker: str) -> bool:
     return state != "Z" and marker in cmdline
 
 
-def end(rec: Recorded, grace_s: float = STOP_GRACE_S) -> None:
-    """Stop a recorded process (SIGTERM, SIGKILL after `grace_s`) and forget it."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
+def end(rec: Recorded, grace_s: float = STOP_GRACE_S, first: signal.Signals = signal.SIGTERM) -> None:
+    """Stop a recorded process (`first`, then SIGKILL after `grace_s`) and forget it."""
+    for sig in (first, signal.SIGKILL):
         if not rec.alive():
             break
         log.info("sending %s to %s (pid %d)", sig.name, rec.marker, rec.pid)
