@@ -616,7 +616,11 @@ class Checker:
             elif isinstance(k, ast.Range):
                 out.append(("range", self.const_int(k.lo, scope), self.const_int(k.hi, scope)))
             else:
-                v = self.const_int(k, scope) & full
+                self.expr(k, scope)
+                v = self.const_value(k)
+                if v is None:
+                    raise error_at(k, "table entry keys must be compile-time constants")
+                v = int(v) & full
                 kind = f.match_kind
                 out.append({"lpm": ("lpm", v, f.bitwidth), "ternary": ("ternary", v, full),
                             "range": ("range", v, v)}.get(kind, (kind, v)))

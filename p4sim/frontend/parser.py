@@ -28,7 +28,12 @@ def parse_text(text: str, source_file: str) -> ast.Program:
         tree = _lark().parse(text)
     except lark.exceptions.UnexpectedInput as err:
         raise _syntax_error(err, smap) from None
-    program = _ToAst(smap).transform(tree)
+    try:
+        program = _ToAst(smap).transform(tree)
+    except lark.exceptions.VisitError as err:
+        if isinstance(err.orig_exc, P4Error):
+            raise err.orig_exc from None
+        raise
     program.source_file = source_file
     return program
 
