@@ -937,6 +937,9 @@ class Checker:
             return ta
         if _same_type(ta, tb):
             return ta
+        for x, y in ((ta, tb), (tb, ta)):
+            if isinstance(x, EnumType) and x.underlying == y:
+                return y
         raise error_at(where, f"`{op}` operands have different types: {ta} and {tb}"
                        + (" (cast one of them)" if isinstance(ta, BitType) and isinstance(tb, BitType) else ""))
 
@@ -969,6 +972,8 @@ class Checker:
             for item, ft in zip(e.items, target.fields.values()):
                 self.assignable(ft, item, item)
             return
+        if isinstance(src, EnumType) and src.underlying == target:
+            return                    # a serializable enum converts to its underlying type
         if not _same_type(src, target):
             hint = " (cast it)" if isinstance(src, BitType) and isinstance(target, BitType) else ""
             raise error_at(where, f"cannot assign {src} to {target}{hint}")
