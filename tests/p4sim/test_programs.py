@@ -401,6 +401,15 @@ def test_ecn_threshold_applies_only_to_its_port(make_switch):
     assert sw.process(1, bytes(to_3)) == [(3, routed(to_3, H3_MAC, tos=CE))]
 
 
+
+def test_parser_error_does_not_drop_the_packet_in_v1model(make_switch):
+    """A truncated IPv4 header leaves ipv4 invalid; ingress still runs, nothing routes it,
+    and egress_spec keeps its initial 0: BMv2 sends the bytes, unchanged, out of port 0."""
+    sw = make_switch("ecn")
+    setup_ecn(sw)
+    truncated = bytes(udp_packet("10.0.1.1", "10.0.2.2"))[:30]
+    assert sw.process(1, truncated) == [(0, truncated)]
+
 # --- source_routing.p4 ---------------------------------------------------------------------
 
 def route(*ports: int) -> Packet:
@@ -418,6 +427,16 @@ def test_source_route_pops_one_hop_per_switch(make_switch):
     expected = Ether(dst=ROUTER_MAC, src=H1_MAC, type=0x1234) / route(3, 1) / inner.copy()
     expected[IP].ttl = 29
     assert sw.process(1, bytes(sent)) == [(2, rebuilt(expected))]
+
+
+def test_source_route_of_nine_hops_fills_the_stack_exactly(make_switch):
+    sw = make_switch("source_routing")
+    inner = IP(src="10.0.1.1", dst="10.0.2.2", ttl=30) / UDP() / PAYLOAD
+    ports = list(range(1, 10))
+    sent = Ether(dst=ROUTER_MAC, src=H1_MAC, type=0x1234) / route(*ports) / inner
+    expected = Ether(dst=ROUTER_MAC, src=H1_MAC, type=0x1234) / route(*ports[1:]) / inner.copy()
+    expected[IP].ttl = 29
+    assert sw.process(5, bytes(sent)) == [(1, rebuilt(expected))]
 
 
 def test_source_route_last_hop_restores_ipv4_ethertype(make_switch):
