@@ -100,7 +100,10 @@ class _Compiler:
             else:
                 self.control(info)
         for role in V1SWITCH_BLOCKS:
-            self.emit(f"{_ENTRY[role]} = {'P_' if role == 'parser' else 'C_'}{_py(cp.pipeline[role])}")
+            decl = cp.blocks[cp.pipeline[role]].decl
+            empty = role != "parser" and not decl.body.stmts and not cp.blocks[decl.name].frame_vars
+            # An empty control is not called at all: None tells the pipeline to skip it.
+            self.emit(f"{_ENTRY[role]} = {'None' if empty else ('P_' if role == 'parser' else 'C_') + _py(decl.name)}")
         self.emit(f"NEW_HDR = {cls_name(cp.headers_type)}")
         self.emit(f"NEW_META = {cls_name(cp.meta_type)}")
         self.emit(f"NEW_SM = {cls_name(cp.sm_type)}")
@@ -610,53 +613,66 @@ class _Compiler:
     def data_bits(self, e: ast.Expr, ctx: _Ctx) -> tuple[str, str]:
         """Statements that pack a field list into an int; returns (value_var, nbits_var).
 
-        Fields of invalid headers contribute nothing, as in BMv2's field lists."""
+        Fields of invalid headers contribute nothing, as in BMv2's field lists; runs of
+        fields of one header are packed by one statement under one validity test."""
         acc, n = self.tmp("acc"), self.tmp("n")
         self.emit(f"{acc} = 0; {n} = 0")
-        items = e.items if isinstance(e, ast.ListExpr) else [e]
-        for item in items:
-            self.pack_item(item, acc, n, ctx)
+        pieces: list[tuple[str | None, str, int]] = []
+        for item in (e.items if isinstance(e, ast.ListExpr) else [e]):
+            self.pack_item(item, pieces, ctx)
+        i = 0
+        while i < len(pieces):
+            owner = pieces[i][0]
+            j = i
+            while j < len(pieces) and pieces[j][0] == owner and pieces[j][2] > 0:
+                j += 1
+            if j == i:                           # a statement (a stack loop), not a value
+                self.emit(pieces[i][1].format(acc=acc, n=n))
+                i += 1
+                continue
+            run = pieces[i:j]
+            total = sum(w for _, _, w in run)
+            shift, parts = total, []
+            for _, v, w in run:
+                shift -= w
+                parts.append(f"({v} << {shift})" if shift else v)
+            line = f"{acc} = ({acc} << {total}) | {' | '.join(parts)}; {n} += {total}"
+            self.emit(f"if {owner}._v: {line}" if owner else line)
+            i = j
         return acc, n
 
-    def pack_item(self, item: ast.Expr, acc: str, n: str, ctx: _Ctx) -> None:
+    def pack_item(self, item: ast.Expr, pieces: list, ctx: _Ctx) -> None:
+        """Flatten one field-list item into (validity owner, value, width) pieces."""
         t = item.type
-        if isinstance(t, StructType) and t.kind == "header":
+        if is_header(t):
             h = self.expr(item, ctx)
-            self.emit(f"if {h}._v: {acc} = ({acc} << {t.width}) | IV_{t.name}({h}); {n} += {t.width}")
-            return
-        if isinstance(t, StructType):
-            for f in t.fields:
+            pieces.append((h, f"IV_{t.name}({h})", t.width))
+        elif isinstance(t, StructType):
+            for f, ft in t.fields.items():
                 sub = ast.Member(item, f, pos=item.pos)
-                sub.type = t.fields[f]
-                self.pack_item(sub, acc, n, ctx)
-            return
-        if isinstance(t, StackType):
-            s = self.expr(item, ctx)
-            self.emit(f"for _h in {s}.items:")
-            self.emit(f"    if _h._v: {acc} = ({acc} << {t.elem.width}) | IV_{t.elem.name}(_h); {n} += {t.elem.width}")
-            return
-        if isinstance(t, ast.ListExpr):
-            return
-        if isinstance(item, ast.ListExpr):
+                sub.type = ft
+                self.pack_item(sub, pieces, ctx)
+        elif isinstance(t, StackType):
+            s, w = self.expr(item, ctx), t.elem.width
+            pieces.append((None, f"for _h in {s}.items:\n{'    ' * (self.ind + 1)}"
+                                 f"if _h._v: {{acc}} = ({{acc}} << {w}) | IV_{t.elem.name}(_h); {{n}} += {w}", 0))
+        elif isinstance(item, ast.ListExpr):
             for sub in item.items:
-                self.pack_item(sub, acc, n, ctx)
-            return
-        if isinstance(t, BoolType):
-            width, v = 1, f"(1 if {self.expr(item, ctx)} else 0)"
-        elif isinstance(t, BitType):
-            width, v = t.width, self.expr(item, ctx)
-            if t.signed:
-                v = f"({v} & {_mask(width)})"
-        elif isinstance(t, EnumType) and t.underlying:
-            width, v = t.underlying.width, self.expr(item, ctx)
+                self.pack_item(sub, pieces, ctx)
         else:
-            raise error_at(item, f"cannot put a {t} in a field list (it needs a width)")
-        owner = item.expr if isinstance(item, ast.Member) else None
-        line = f"{acc} = ({acc} << {width}) | {v}; {n} += {width}"
-        if owner is not None and is_header(owner.type):
-            self.emit(f"if {self.expr(owner, ctx)}._v: {line}")
-        else:
-            self.emit(line)
+            if isinstance(t, BoolType):
+                width, v = 1, f"(1 if {self.expr(item, ctx)} else 0)"
+            elif isinstance(t, BitType):
+                width, v = t.width, self.expr(item, ctx)
+                if t.signed:
+                    v = f"({v} & {_mask(width)})"
+            elif isinstance(t, EnumType) and t.underlying:
+                width, v = t.underlying.width, self.expr(item, ctx)
+            else:
+                raise error_at(item, f"cannot put a {t} in a field list (it needs a width)")
+            owner = item.expr if isinstance(item, ast.Member) else None
+            pieces.append((self.expr(owner, ctx) if owner is not None and is_header(owner.type) else None,
+                           v, width))
 
     def data_bytes(self, e: ast.Expr, ctx: _Ctx) -> str:
         acc, n = self.data_bits(e, ctx)
@@ -775,17 +791,17 @@ class _Compiler:
         elif name in ("clone", "clone3", "clone_preserving_field_list"):
             kind = self.const(a[0])
             preserve = self.field_list_arg(a[2], ctx) if len(a) > 2 else "None"
-            self.emit(f"PK.clone = ({kind}, {self.expr(a[1], ctx)}, {preserve})")
+            self.emit(f"PK.dirty = True; PK.clone = ({kind}, {self.expr(a[1], ctx)}, {preserve})")
             if self.trace:
                 self.emit("LOG('clone session %s', PK.clone[1])")
         elif name in ("resubmit", "resubmit_preserving_field_list"):
-            self.emit(f"PK.resubmit = {self.field_list_arg(a[0], ctx) if a else 'None'}")
+            self.emit(f"PK.dirty = True; PK.resubmit = {self.field_list_arg(a[0], ctx) if a else 'None'}")
             self.emit("PK.resubmit_flag = True")
         elif name in ("recirculate", "recirculate_preserving_field_list"):
-            self.emit(f"PK.recirculate = {self.field_list_arg(a[0], ctx) if a else 'None'}")
+            self.emit(f"PK.dirty = True; PK.recirculate = {self.field_list_arg(a[0], ctx) if a else 'None'}")
             self.emit("PK.recirculate_flag = True")
         elif name == "truncate":
-            self.emit(f"PK.truncate = {self.expr(a[0], ctx)}")
+            self.emit(f"PK.dirty = True; PK.truncate = {self.expr(a[0], ctx)}")
         elif name == "log_msg":
             vals = []
             if len(a) > 1:
@@ -825,7 +841,11 @@ class _Compiler:
         if name.endswith("_with_payload"):
             data = f"{data} + PK.payload"
         h = self.tmp("ck")
-        self.emit(f"{h} = HASH[{algo!r}]({data}) & {_mask(a[2].type.width)}")
+        if algo == "csum16" and not name.endswith("_with_payload"):
+            acc, n = data[len("to_bytes("):-1].split(", ")
+            self.emit(f"{h} = CSUM16_BITS({acc}, {n})")     # no bytes needed for the common case
+        else:
+            self.emit(f"{h} = HASH[{algo!r}]({data}) & {_mask(a[2].type.width)}")
         if name.startswith("verify"):
             self.emit(f"if {h} != {self.expr(a[2], ctx)}: PK.sm.checksum_error = 1")
             if self.trace:

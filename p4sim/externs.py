@@ -41,11 +41,23 @@ def csum16(data: bytes) -> int:
     """The Internet checksum (RFC 1071): ones' complement of the ones' complement sum."""
     if len(data) % 2:
         data += b"\0"
-    total = sum(memoryview(data).cast("H"))     # native order; the fold is order-independent
-    while total >> 16:
-        total = (total & 0xFFFF) + (total >> 16)
-    total = ~total & 0xFFFF
-    return int.from_bytes(total.to_bytes(2, "little"), "big")
+    return csum16_int(int.from_bytes(data, "big"))
+
+
+def csum16_int(value: int) -> int:
+    """csum16 of a big-endian integer whose bit length is a multiple of 16.
+
+    The ones' complement sum of 16-bit words is the value modulo 0xFFFF (2**16 is 1
+    modulo 0xFFFF), except that a non-zero sum is never 0 but 0xFFFF."""
+    total = value % 0xFFFF
+    if total == 0 and value:
+        total = 0xFFFF
+    return total ^ 0xFFFF
+
+
+def csum16_bits(value: int, nbits: int) -> int:
+    """csum16 of a packed field list of `nbits` bits, zero-padded to whole 16-bit words."""
+    return csum16_int(value << (-nbits % 16))
 
 
 def xor16(data: bytes) -> int:

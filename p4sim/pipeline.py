@@ -10,11 +10,10 @@ import logging
 import random
 import threading
 import time
-from collections import deque
 from typing import Any, Callable
 
 from .compiler import Program
-from .externs import hash_functions
+from .externs import csum16_bits, hash_functions
 from .state import SwitchState
 
 log = logging.getLogger(__name__)
@@ -110,13 +109,18 @@ class Stack:
 class PacketContext:
     """Per-packet side effects of externs (clone, resubmit, digest ...), read by the traffic manager."""
     __slots__ = ("sm", "length", "payload", "entry", "digests", "clone", "resubmit", "resubmit_flag",
-                 "recirculate", "recirculate_flag", "truncate")
+                 "recirculate", "recirculate_flag", "truncate", "dirty")
+
+    def __init__(self) -> None:
+        self.dirty = True
+        self.digests: list = []
+        self.reset(None, 0)
 
     def reset(self, sm: Any, length: int) -> None:
         self.sm, self.length, self.entry = sm, length, None
-        self.digests: list = []
-        self.clone = self.resubmit = self.recirculate = self.truncate = None
-        self.resubmit_flag = self.recirculate_flag = False
+        if self.dirty:                # the externs that set these also set dirty
+            self.clone = self.resubmit = self.recirculate = self.truncate = None
+            self.resubmit_flag = self.recirculate_flag = self.dirty = False
 
 
 def to_bytes(value: int, nbits: int) -> bytes:
@@ -163,11 +167,10 @@ class Switch:
             cc, code = program.code(self.trace)
             state = SwitchState(program.info)
             pk = PacketContext()
-            pk.reset(None, 0)
             ns: dict[str, Any] = {
                 "Reject": Reject, "Exit": Exit, "AssertFailed": AssertFailed, "Stack": Stack,
                 "PK": pk, "HASH": hash_functions(self._rng), "RNG": self._rng, "to_bytes": to_bytes,
-                "shl": shl, "monotonic_ns": time.monotonic_ns, "LOG": trace_log.info, "LOG_MSG": _log_msg,
+                "shl": shl, "CSUM16_BITS": csum16_bits, "monotonic_ns": time.monotonic_ns, "LOG": trace_log.info, "LOG_MSG": _log_msg,
                 "ERROR_NAMES": {v: k for k, v in program.checked.errors.items()},
             }
             stores = {"table": state.tables, "register": state.registers, "counter": state.counters,
@@ -201,8 +204,9 @@ class Switch:
             return out
 
     def _run(self, port: int, data: bytes, out: list) -> None:
-        jobs = deque([(data, port, NORMAL, None)])
-        passes = 0
+        jobs: list = []                      # resubmitted / recirculated packets, rarely any
+        self._ingress(data, port, NORMAL, None, jobs, out)
+        passes = 1
         while jobs:
             passes += 1
             if passes > MAX_PASSES:
@@ -210,9 +214,9 @@ class Switch:
                 if self.trace:
                     trace_log.info("resubmit/recirculate limit reached: dropped")
                 return
-            self._ingress(*jobs.popleft(), jobs, out)
+            self._ingress(*jobs.pop(0), jobs, out)
 
-    def _ingress(self, data: bytes, port: int, itype: int, keep: dict | None, jobs: deque, out: list) -> None:
+    def _ingress(self, data: bytes, port: int, itype: int, keep: dict | None, jobs: list, out: list) -> None:
         parser, verify, ingress, _, _, _, new_hdr, new_meta, new_sm = self._entry
         pk = self._pk
         if self.trace:
@@ -230,9 +234,17 @@ class Switch:
             self.stats["malformed"] += 1
         payload = data[pkt.off:]
         pk.payload = payload
-        self._control(verify, hdr, meta)
-        self._control(ingress, hdr, meta, sm)
-        self._digests()
+        try:
+            if verify is not None:
+                verify(hdr, meta)
+        except Exit:
+            pass
+        try:
+            ingress(hdr, meta, sm)
+        except Exit:
+            pass
+        if pk.digests:
+            self._digests()
         clone, resubmit, resubmit_flag = pk.clone, pk.resubmit, pk.resubmit_flag
         if clone is not None and clone[0] == I2E:
             self._i2e_clone(data, port, clone, meta, out)
@@ -276,11 +288,11 @@ class Switch:
             parser(pkt, hdr, cmeta, sm)
             for name, value in (keep or {}).items():
                 setattr(cmeta, name, value)
-            self._egress(hdr, cmeta, sm, data[pkt.off:], eport, rid, INGRESS_CLONE, deque(), out, 0,
+            self._egress(hdr, cmeta, sm, data[pkt.off:], eport, rid, INGRESS_CLONE, [], out, 0,
                          session.packet_length_bytes)
 
     def _egress(self, hdr: Any, meta: Any, sm: Any, payload: bytes, eport: int, rid: int, itype: int,
-                jobs: deque, out: list, depth: int, trunc: int = 0) -> None:
+                jobs: list, out: list, depth: int, trunc: int = 0) -> None:
         _, _, _, egress, compute, deparser, _, new_meta, _ = self._entry
         pk = self._pk
         sm.egress_port, sm.egress_rid, sm.instance_type = eport, rid, itype
@@ -290,8 +302,13 @@ class Switch:
         pk.payload = payload
         if self.trace:
             trace_log.info("egress port %d (rid %d, instance_type %d)", eport, rid, itype)
-        self._control(egress, hdr, meta, sm)
-        self._digests()
+        try:
+            if egress is not None:
+                egress(hdr, meta, sm)
+        except Exit:
+            pass
+        if pk.digests:
+            self._digests()
         clone, recirculate, recirculate_flag = pk.clone, pk.recirculate, pk.recirculate_flag
         truncate = pk.truncate
         if clone is not None and clone[0] == E2E and depth < MAX_E2E_DEPTH:
@@ -309,7 +326,11 @@ class Switch:
                 trace_log.info("dropped in egress")
             return
         pk.sm = sm
-        self._control(compute, hdr, meta)
+        try:
+            if compute is not None:
+                compute(hdr, meta)
+        except Exit:
+            pass
         chunks: list[bytes] = []
         deparser(chunks, hdr)
         chunks.append(payload)
@@ -325,12 +346,6 @@ class Switch:
         if self.trace:
             trace_log.info("packet out: port %d, %d bytes: %s", eport, len(packet), packet.hex())
         out.append((eport, packet))
-
-    def _control(self, fn: Callable, *args: Any) -> None:
-        try:
-            fn(*args)
-        except Exit:
-            pass
 
     def _preserved(self, meta: Any, which: Any) -> dict | None:
         """The metadata fields a clone/resubmit/recirculate keeps: a @field_list index or names."""
