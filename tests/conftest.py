@@ -1,11 +1,12 @@
 """Project-wide test setup: tests marked `mininet` or `bmv2` skip, with the reason,
-on machines that cannot run them (not root, no mnexec, no BMv2).
+on machines that cannot run them (not root, no mnexec, no BMv2); SIGTERM unwinds like Ctrl-C.
 """
 from __future__ import annotations
 
 import importlib.util
 import os
 import shutil
+import signal
 
 import pytest
 
@@ -37,3 +38,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for marker, reason in reasons.items():
             if reason and item.get_closest_marker(marker):
                 item.add_marker(pytest.mark.skip(reason=reason))
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    # A CI timeout's SIGTERM then unwinds like Ctrl-C: fixture teardowns still stop
+    # the switches and namespaces they started.
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+    signal.signal(signal.SIGTERM, interrupt)

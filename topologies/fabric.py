@@ -18,7 +18,7 @@ from mininet.net import Mininet
 from mininet.node import Host
 from mininet.topo import Topo
 
-from topologies.procs import Recorded, end, record
+from topologies.procs import Recorded, end_child, record
 from topologies.spec import Topology
 from topologies.switches import switch_class
 
@@ -64,7 +64,6 @@ class FabricOptions:
     build_dir: Path = Path("build")
     pcap: bool = False
     log_console: bool = False
-    static_arp: bool = False            # all-pairs ARP entries, for programs that drop ARP
     impairment: Impairment | None = None
 
     @property
@@ -109,13 +108,14 @@ class Fabric:
         cls = switch_class(self.options.target)
         self.net = Mininet(topo=_MininetTopo(self.topo, self.options), switch=cls, controller=None,
                            autoSetMacs=False, build=False)
-        self.net.build()
+        try:
+            self.net.build()
+        except Exception as e:  # Mininet raises bare Exceptions, e.g. for an existing veth name
+            raise FabricError(f"cannot build the network: {e} (is another fabric still up? make stop)") from None
         for node in self.net.hosts + self.net.switches:
             record(self.options.run_dir, f"shell-{node.name}", node.pid, f"mininet:{node.name}")
         self._quiet_interfaces()
         self.net.start()
-        if self.options.static_arp:
-            self.net.staticArp()
         if self.options.impairment:
             self.impair(self.options.impairment)
 
@@ -124,11 +124,13 @@ class Fabric:
             self._stop()
 
     def _stop(self) -> None:
+        # Our own children are stopped through Popen, not by pid and marker: one started an
+        # instant ago may not have exec'd its command line yet.
         for proc, rec in self._children:
             if proc.poll() is None:
                 log.info("stopping %s (pid %d)", rec.marker, proc.pid)
-            end(rec)
-            proc.wait()
+            end_child(proc)
+            rec.path.unlink(missing_ok=True)
         self._children.clear()
         if self.net is not None:
             try:

@@ -36,11 +36,10 @@ def fabrics(base_dir: Path) -> Iterator[StarFactory]:
     """A factory of star fabrics; on exit all are stopped, then any leftover is an error."""
     started: list[tuple[Fabric, Topology]] = []
 
-    def make(n_hosts: int, *, impairment: Impairment | None = None, static_arp: bool = False,
-             target: str = "p4sim") -> Fabric:
+    def make(n_hosts: int, *, impairment: Impairment | None = None, target: str = "p4sim") -> Fabric:
         topo = star(n_hosts, grpc_port=free_port(), thrift_port=free_port())
         options = FabricOptions(target=target, build_dir=base_dir / f"fabric{len(started)}",
-                                impairment=impairment, static_arp=static_arp)
+                                impairment=impairment)
         fabric = Fabric(topo, options)
         started.append((fabric, topo))
         fabric.start()
@@ -57,7 +56,7 @@ def fabrics(base_dir: Path) -> Iterator[StarFactory]:
 
 @pytest.fixture
 def star_fabric(tmp_path: Path) -> Iterator[StarFactory]:
-    """`star_fabric(n, impairment=..., static_arp=...)` starts a star of n hosts on one switch,
+    """`star_fabric(n, impairment=...)` starts a star of n hosts on one switch,
     stopped after the test even when it fails."""
     with fabrics(tmp_path) as make:
         yield make
