@@ -24,8 +24,9 @@ MAX_WORKERS = 32                 # the switch's contributor bitmap is 32 bits
 
 OP_CONTRIB = 1
 OP_RESULT = 2
-OP_RING = 3                      # a ring-baseline step, host to host
-OPCODES = {OP_CONTRIB: "contrib", OP_RESULT: "result", OP_RING: "ring"}
+OP_RING = 3                      # ring baseline: one chunk of a step, host to host
+OP_RING_ACK = 4                  # ring baseline: the receiver has that chunk
+OPCODES = {OP_CONTRIB: "contrib", OP_RESULT: "result", OP_RING: "ring", OP_RING_ACK: "ring-ack"}
 
 FLAG_OVERFLOW = 0x01
 FLAG_RESENT = 0x02

@@ -1,5 +1,6 @@
-"""How a worker agent reaches the aggregator: a small Transport interface and its
-kernel UDP socket implementation for Mininet hosts (the in-process one is in inprocess.py).
+"""How a worker agent reaches the aggregator (Transport) or, for the ring baseline, its
+peers (PeerTransport): small interfaces and their kernel UDP socket implementations for
+Mininet hosts and loopback; the in-process ones are in inprocess.py.
 """
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import select
 import socket
 from typing import Protocol
 
-from hosts.inc import AGG_IP, INC_PORT
+from hosts.inc import AGG_IP, INC_PORT, RING_PORT
 
 log = logging.getLogger(__name__)
 
@@ -26,12 +27,23 @@ class Transport(Protocol):
         """Release the transport's resources."""
 
 
-class UdpTransport:
-    """A kernel UDP socket bound to the worker's INC port, sending to the aggregator."""
+class PeerTransport(Protocol):
+    """Carries payloads between one ring worker and its peers, named by rank."""
 
-    def __init__(self, aggregator: tuple[str, int] = (AGG_IP, INC_PORT),
-                 bind: tuple[str, int] = ("0.0.0.0", INC_PORT), interface: str | None = None) -> None:
-        self.aggregator = aggregator
+    def send_to(self, peer: int, payload: bytes) -> None:
+        """Send one payload to the worker of rank `peer`."""
+
+    def recv(self, timeout: float) -> bytes | None:
+        """The next payload addressed to this worker, or None after `timeout` seconds."""
+
+    def close(self) -> None:
+        """Release the transport's resources."""
+
+
+class _UdpSocket:
+    """A non-blocking UDP socket with a large receive buffer, bound to an address."""
+
+    def __init__(self, bind: tuple[str, int], interface: str | None) -> None:
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         try:
             self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
@@ -42,10 +54,10 @@ class UdpTransport:
             self.sock.close()
             raise
         self.sock.setblocking(False)
-        log.debug("UDP transport on %s to %s", bind, aggregator)
 
-    def send(self, payload: bytes) -> None:
-        self.sock.sendto(payload, self.aggregator)
+    @property
+    def address(self) -> tuple[str, int]:
+        return self.sock.getsockname()
 
     def recv(self, timeout: float) -> bytes | None:
         ready, _, _ = select.select([self.sock], [], [], max(timeout, 0.0))
@@ -58,3 +70,28 @@ class UdpTransport:
 
     def close(self) -> None:
         self.sock.close()
+
+
+class UdpTransport(_UdpSocket):
+    """A kernel UDP socket bound to the worker's INC port, sending to the aggregator."""
+
+    def __init__(self, aggregator: tuple[str, int] = (AGG_IP, INC_PORT),
+                 bind: tuple[str, int] = ("0.0.0.0", INC_PORT), interface: str | None = None) -> None:
+        super().__init__(bind, interface)
+        self.aggregator = aggregator
+        log.debug("UDP transport on %s to %s", bind, aggregator)
+
+    def send(self, payload: bytes) -> None:
+        self.sock.sendto(payload, self.aggregator)
+
+
+class UdpPeerTransport(_UdpSocket):
+    """A kernel UDP socket for the ring baseline; `peers[rank]` is each worker's (ip, port)."""
+
+    def __init__(self, peers: list[tuple[str, int]], bind: tuple[str, int] = ("0.0.0.0", RING_PORT),
+                 interface: str | None = None) -> None:
+        super().__init__(bind, interface)
+        self.peers = peers
+
+    def send_to(self, peer: int, payload: bytes) -> None:
+        self.sock.sendto(payload, self.peers[peer])
