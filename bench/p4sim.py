@@ -1,0 +1,161 @@
+"""Packets per second through p4sim's pipeline, in process, and where the time goes.
+
+Two workloads: the tutorials-style IPv4 router and the aggregation program's data
+path. Writes JSON (`results/p4sim.json` by default). No sockets: this measures the
+switch alone, the number to compare with BMv2's simple_switch.
+"""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import logging
+import pstats
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+from scapy.layers.inet import IP, UDP
+from scapy.layers.l2 import Ether
+
+from hosts.inc import AGG_IP, AGG_MAC, INC_K, INC_PORT, OP_CONTRIB, PAYLOAD_SIZE, IncHeader, pack
+from p4sim import P4Error, Switch, compile_file
+from p4sim.state import TableEntry
+
+from .environment import describe_environment
+
+log = logging.getLogger("bench.p4sim")
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class Workload:
+    name: str
+    program: Path
+    setup: Callable[[Switch], None]
+    packets: Callable[[int], list[tuple[int, bytes]]]   # n frames as (ingress port, bytes)
+
+
+def _router_setup(sw: Switch) -> None:
+    lpm = sw.state.tables["MyIngress.ipv4_lpm"]
+    for i in range(1, 5):
+        lpm.insert(TableEntry((("lpm", 0x0A000000 | i << 8, 24),), "MyIngress.ipv4_forward",
+                              (0x080000000000 | i, i)))
+
+
+def _router_packets(count: int) -> list[tuple[int, bytes]]:
+    """Four flows to four next hops, round robin."""
+    flows = [(1, bytes(Ether(dst="08:00:00:00:00:fe", src="08:00:00:00:00:01")
+                       / IP(src="10.0.1.1", dst=f"10.0.{i}.2", ttl=64) / UDP(sport=1000 + i, dport=2000)
+                       / bytes(64)))
+             for i in range(1, 5)]
+    return [flows[i % len(flows)] for i in range(count)]
+
+
+AGG_WORKERS = 4
+AGG_JOB = 1
+AGG_GROUP = 10
+
+
+def _allreduce_setup(sw: Switch) -> None:
+    """One job of AGG_WORKERS workers on ports 1..N, as the controller installs it."""
+    t = sw.state.tables
+    t["MyIngress.inc_job"].insert(TableEntry((("exact", AGG_JOB),), "MyIngress.set_job",
+                                             (AGG_WORKERS, AGG_GROUP, 0, 64)))
+    for w in range(AGG_WORKERS):
+        t["MyIngress.inc_worker"].insert(TableEntry((("exact", AGG_JOB), ("exact", w), ("exact", w + 1)),
+                                                    "MyIngress.admit_worker"))
+        t["MyEgress.inc_worker_addr"].insert(TableEntry(
+            (("exact", AGG_JOB), ("exact", w)), "MyEgress.set_worker_addr",
+            (0x080000000001 + w, 0x0A000001 + w, INC_PORT)))
+    sw.state.multicast_groups[AGG_GROUP] = [(w + 1, w) for w in range(AGG_WORKERS)]
+
+
+def _allreduce_packets(count: int) -> list[tuple[int, bytes]]:
+    """Rounds over a window of 16 slots, seqs rising: every worker contributes, the last completes."""
+    headers = [bytes(Ether(dst=AGG_MAC, src=f"08:00:00:00:00:{w + 1:02x}")
+                     / IP(src=f"10.0.0.{w + 1}", dst=AGG_IP)
+                     / UDP(sport=INC_PORT, dport=INC_PORT, chksum=0) / bytes(PAYLOAD_SIZE))[:-PAYLOAD_SIZE]
+               for w in range(AGG_WORKERS)]
+    elements = np.arange(INC_K, dtype=np.int32)
+    frames = []
+    for i in range(count):
+        seq, w = divmod(i, AGG_WORKERS)
+        inc = IncHeader(OP_CONTRIB, AGG_JOB, w, INC_K, slot=seq % 16, pool_version=(seq // 16) % 2, seq=seq)
+        frames.append((w + 1, headers[w] + pack(inc, elements)))
+    return frames
+
+
+WORKLOADS = {
+    "allreduce": Workload("allreduce", ROOT / "p4src/allreduce.p4", _allreduce_setup, _allreduce_packets),
+    "ipv4_router": Workload("ipv4_router", ROOT / "tests/p4programs/ipv4_router.p4",
+                            _router_setup, _router_packets),
+}
+
+
+def measure(workload: Workload, packets: int, profile: bool) -> dict:
+    """Run `packets` frames through a fresh switch; report rate and the hottest functions."""
+    prog = compile_file(str(workload.program))
+    sw = Switch(prog)
+    workload.setup(sw)
+    frames = workload.packets(packets)
+    outputs = 0
+    profiler = cProfile.Profile() if profile else None
+    start = time.perf_counter()
+    if profiler:
+        profiler.enable()
+    for port, frame in frames:
+        outputs += len(sw.process(port, frame))
+    if profiler:
+        profiler.disable()
+    elapsed = time.perf_counter() - start
+    result = {"workload": workload.name, "program": str(workload.program.relative_to(ROOT)),
+              "packets": packets, "outputs": outputs, "seconds": elapsed,
+              "packets_per_s": packets / elapsed, "profiled": profile, "stats": dict(sw.stats)}
+    if profiler:
+        text = io.StringIO()
+        pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(12)
+        result["profile_top"] = text.getvalue().splitlines()
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.p4sim",
+        description="Measure packets per second through p4sim's pipeline (in process, one core) "
+                    "for a plain IPv4 router and for the aggregation program, and write JSON.")
+    ap.add_argument("--packets", type=int, default=20000, help="packets per workload (default 20000)")
+    ap.add_argument("--workload", choices=sorted(WORKLOADS), action="append",
+                    help="run only this workload (repeatable; default all)")
+    ap.add_argument("--profile", action="store_true",
+                    help="also run under cProfile and record the hottest functions (slower)")
+    ap.add_argument("-o", "--out", type=Path, default=ROOT / "results/p4sim.json", help="JSON output")
+    args = ap.parse_args(argv)
+    if args.packets < 1:
+        ap.error("--packets must be at least 1")
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    results = []
+    try:
+        for name in args.workload or sorted(WORKLOADS):
+            res = measure(WORKLOADS[name], args.packets, profile=False)
+            if args.profile:
+                res["profile_top"] = measure(WORKLOADS[name], min(args.packets, 5000), True)["profile_top"]
+            log.info("%-12s %8.0f packets/s (%d packets, %.2f s)", name, res["packets_per_s"],
+                     res["packets"], res["seconds"])
+            results.append(res)
+    except P4Error as err:
+        log.error("%s", err)
+        return 1
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"environment": describe_environment("p4sim"),
+                                    "results": results}, indent=2))
+    log.info("wrote %s", args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
