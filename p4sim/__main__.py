@@ -1,0 +1,206 @@
+"""`python -m p4sim`: a drop-in for simple_switch_grpc (same flags, P4_16 source or p4sim's
+device-config JSON), and `python -m p4sim compile PROG.p4 -o DIR` for P4Info + device config.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from . import P4Error, Program, Switch, compile_file
+from .dataplane import Dataplane, DataplaneError, parse_interface
+from .p4info import build_p4info, to_text
+from .server import P4RuntimeService, serve
+
+log = logging.getLogger("p4sim")
+
+DEFAULT_GRPC_ADDR = "127.0.0.1:9559"
+LOG_LEVELS = {"trace": logging.DEBUG, "debug": logging.DEBUG, "info": logging.INFO,
+              "warn": logging.WARNING, "error": logging.ERROR, "off": logging.CRITICAL + 1}
+
+SWITCH_EPILOG = f"""\
+Target options may also follow `--`, as simple_switch_grpc takes them:
+  python -m p4sim -i 1@veth1 --no-p4 -- --grpc-server-addr 127.0.0.1:50051 --cpu-port 255
+
+The P4Runtime server listens on {DEFAULT_GRPC_ADDR} unless --grpc-server-addr says otherwise
+(simple_switch_grpc binds 0.0.0.0:9559; p4sim stays on loopback unless told).
+The switch is ready when it logs "p4sim ready" and its gRPC port accepts connections.
+
+Subcommand: python -m p4sim compile PROG.p4 -o DIR  (see `python -m p4sim compile --help`)
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["compile"]:
+        return compile_main(argv[1:])
+    return switch_main(argv)
+
+
+# --- the switch ------------------------------------------------------------------
+
+def switch_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m p4sim", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="p4sim: a v1model switch in Python serving P4Runtime, a drop-in for simple_switch_grpc.",
+        epilog=SWITCH_EPILOG)
+    p.add_argument("program", nargs="?", metavar="PROG.p4|CONFIG.json",
+                   help="P4_16 source, or a device config written by `p4sim compile`")
+    p.add_argument("--no-p4", action="store_true",
+                   help="start without a program; the controller pushes one with SetForwardingPipelineConfig")
+    p.add_argument("-i", "--interface", action="append", default=[], metavar="PORT@IFACE",
+                   help="attach switch port PORT to network interface IFACE (repeatable)")
+    p.add_argument("--device-id", type=int, default=0, help="P4Runtime device id (default 0)")
+    p.add_argument("--pcap", nargs="?", const=".", metavar="DIR",
+                   help="write IFACE_in.pcap and IFACE_out.pcap for every port into DIR (default: .)")
+    p.add_argument("--log-console", action="store_true",
+                   help="log every packet's path through the pipeline (tables, actions, drops) to stderr")
+    p.add_argument("-L", "--log-level", choices=list(LOG_LEVELS), default="info",
+                   help="log level (default info; trace also turns on packet tracing)")
+    p.add_argument("-I", "--include", action="append", default=[], metavar="DIR",
+                   help="extra include directory for a .p4 program")
+    p.add_argument("--thrift-port", type=int, metavar="PORT",
+                   help="accepted for compatibility and ignored: p4sim has no Thrift server")
+    _target_options(p)
+    return p
+
+
+def _target_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--grpc-server-addr", metavar="HOST:PORT",
+                   help=f"P4Runtime listen address (default {DEFAULT_GRPC_ADDR})")
+    p.add_argument("--cpu-port", type=int, metavar="PORT",
+                   help="port whose packets go to / come from the controller (PacketIn/PacketOut)")
+
+
+def switch_main(argv: list[str]) -> int:
+    parser = switch_parser()
+    if "--" in argv:
+        cut = argv.index("--")
+        argv, target_argv = argv[:cut], argv[cut + 1:]
+    else:
+        target_argv = []
+    args = parser.parse_args(argv)
+    target = argparse.ArgumentParser(prog="python -m p4sim ... --", add_help=False)
+    _target_options(target)
+    for key, value in vars(target.parse_args(target_argv)).items():
+        if value is not None:
+            setattr(args, key, value)
+    if bool(args.program) == args.no_p4:
+        parser.error("give either a program (PROG.p4 or CONFIG.json) or --no-p4")
+    try:
+        interfaces = dict(parse_interface(spec) for spec in args.interface)
+    except ValueError as err:
+        parser.error(f"-i: {err}")
+
+    logging.basicConfig(level=LOG_LEVELS[args.log_level], stream=sys.stderr,
+                        format="%(asctime)s %(name)s %(levelname)s: %(message)s")
+    trace = args.log_console or args.log_level == "trace"
+    if trace:
+        logging.getLogger("p4sim.trace").setLevel(logging.DEBUG)
+    if args.thrift_port is not None:
+        log.info("--thrift-port %d ignored: p4sim has no Thrift server (use P4Runtime)", args.thrift_port)
+
+    try:
+        program = None if args.no_p4 else load_program_file(args.program, tuple(args.include))
+    except P4Error as err:
+        print(err, file=sys.stderr)
+        return 1
+    except OSError as err:
+        print(f"{args.program}: {err.strerror or err}", file=sys.stderr)
+        return 1
+    return run_switch(args, program, interfaces, trace)
+
+
+def load_program_file(path: str, include_dirs: tuple[str, ...] = ()) -> Program:
+    """A .json file is a device config; anything else is P4_16 source. Raises P4Error."""
+    if path.endswith(".json"):
+        return Program.from_device_config(Path(path).read_bytes())
+    if not os.path.exists(path):
+        raise OSError(2, "no such file", path)
+    program = compile_file(path, include_dirs)
+    program.info                 # parse and check now, so errors show before the switch starts
+    return program
+
+
+def run_switch(args: argparse.Namespace, program: Program | None, interfaces: dict[int, str],
+               trace: bool) -> int:
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        dataplane = Dataplane(interfaces, args.pcap)
+    except DataplaneError as err:
+        print(f"p4sim: {err}", file=sys.stderr)
+        return 1
+    server = service = None
+    try:
+        switch = Switch(program, cpu_port=args.cpu_port, trace=trace)
+        service = P4RuntimeService(switch, Program.from_device_config, device_id=args.device_id,
+                                   cpu_port=args.cpu_port, transmit=dataplane.transmit,
+                                   program=program)
+        switch.on_digest = service.digest
+        server, port = serve(service, args.grpc_server_addr or DEFAULT_GRPC_ADDR)
+        log.info("p4sim ready: device %d, P4Runtime on port %d, %s, ports %s", args.device_id, port,
+                 program.info.source_file if program else "no program (--no-p4)",
+                 ", ".join(f"{n}@{i}" for n, i in sorted(interfaces.items())) or "none")
+
+        def on_packet(port_number: int, data: bytes) -> None:
+            service.handle_outputs(switch.process(port_number, data))
+
+        dataplane.run(on_packet, stop)
+    except OSError as err:
+        print(f"p4sim: {err}", file=sys.stderr)
+        return 1
+    finally:
+        if server is not None:
+            server.stop(grace=1).wait()
+        if service is not None:
+            service.close()
+        dataplane.close()
+    log.info("p4sim stopped")
+    return 0
+
+
+# --- compile -----------------------------------------------------------------------
+
+def compile_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m p4sim compile",
+        description="Check a P4_16 program and write DIR/<prog>.p4info.txt (P4Info text, as p4c's "
+                    "--p4runtime-files writes it) and DIR/<prog>.json (the device config that "
+                    "SetForwardingPipelineConfig carries).")
+    p.add_argument("program", metavar="PROG.p4")
+    p.add_argument("-o", "--output-dir", required=True, metavar="DIR", help="where to write the two files")
+    p.add_argument("-I", "--include", action="append", default=[], metavar="DIR",
+                   help="extra include directory (repeatable)")
+    return p
+
+
+def compile_main(argv: list[str]) -> int:
+    args = compile_parser().parse_args(argv)
+    try:
+        program = load_program_file(args.program, tuple(args.include))
+        p4info = build_p4info(program.info)
+        out = Path(args.output_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        stem = Path(args.program).stem
+        (out / f"{stem}.p4info.txt").write_text(to_text(p4info))
+        (out / f"{stem}.json").write_bytes(program.device_config())
+    except P4Error as err:
+        print(err, file=sys.stderr)
+        return 1
+    except ValueError as err:      # P4Info-level problems, e.g. a bad @id
+        print(f"{args.program}: error: {err}", file=sys.stderr)
+        return 1
+    except OSError as err:
+        print(f"{err.filename or args.program}: {err.strerror or err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
