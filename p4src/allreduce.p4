@@ -468,7 +468,10 @@ control MyIngress(inout headers_t hdr,
             drop_malformed();
             return;
         }
-        if (!inc_job.apply().hit || meta.inc_forwarded) {
+        if (!inc_job.apply().hit) {
+            return;
+        }
+        if (meta.inc_forwarded) {
             return;
         }
         if (!inc_worker.apply().hit) {

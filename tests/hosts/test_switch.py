@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from p4sim import Switch
+from p4sim.state import TableEntry
 from scapy.layers.inet import ICMP, IP, UDP
 from scapy.layers.l2 import ARP, Ether
 
@@ -237,3 +238,14 @@ def test_slot_ranges_of_two_jobs_use_disjoint_registers(sw: Switch) -> None:
     seen = sw.state.registers["MyIngress.slot_seen"].values
     used = {i for i, v in enumerate(seen) if v}
     assert used == {POOL_SIZE + OTHER_JOB.slot_base + 1, POOL_SIZE + JOB.slot_base + 1}
+
+
+def test_job_aggregated_elsewhere_is_passed_on_unchanged(switch: Switch) -> None:
+    install_forwarding(switch, HOSTS)
+    switch.state.tables["MyIngress.inc_job"].insert(
+        TableEntry((("exact", JOB.job_id),), "MyIngress.forward_to_aggregator", (4,)))
+    port, frame = contribution(0, [1] * INC_K)
+    before = registers(switch)
+    assert switch.process(port, frame) == [(4, frame)]
+    assert registers(switch) == before
+    assert counter(switch, "MyIngress.forwarded_to_aggregator") == 1
