@@ -5,6 +5,7 @@ veth pairs to P4Runtime switch nodes, with optional loss and duplication on host
 from __future__ import annotations
 
 import logging
+import re
 import signal
 import subprocess
 import threading
@@ -26,6 +27,7 @@ log = logging.getLogger(__name__)
 
 TOPOLOGY_FILE = "topology.json"
 IMPAIR_TABLE = "p4inc_impair"
+_NFT_COUNTER = re.compile(r"counter packets (\d+) bytes \d+ (drop|dup)\b")
 
 
 class FabricError(RuntimeError):
@@ -48,9 +50,9 @@ class Impairment:
         # numgen draws 0..9999 per packet: percentages to 0.01 %.
         def below(pct: float) -> str:
             return f"numgen random mod 10000 < {round(pct * 100)}"
-        egress = [f"{below(self.loss_pct)} drop"] if self.loss_pct else []
-        egress += [f'{below(self.duplicate_pct)} dup to "{intf}"'] if self.duplicate_pct else []
-        ingress = [f"{below(self.loss_pct)} drop"] if self.loss_pct else []
+        egress = [f"{below(self.loss_pct)} counter drop"] if self.loss_pct else []
+        egress += [f'{below(self.duplicate_pct)} counter dup to "{intf}"'] if self.duplicate_pct else []
+        ingress = [f"{below(self.loss_pct)} counter drop"] if self.loss_pct else []
         lines = [f"table netdev {IMPAIR_TABLE} {{"]
         for hook, rules in (("egress", egress), ("ingress", ingress)):
             lines += [f"  chain {hook} {{", f'    type filter hook {hook} device "{intf}" priority 0;',
@@ -191,6 +193,15 @@ class Fabric:
             out, _ = proc.communicate(impairment.nft_ruleset(spec.intf))
             if proc.returncode != 0:
                 raise FabricError(f"{spec.name}: cannot set loss/duplication on {spec.intf} with nft: {out.strip()}")
+
+    def impairment_counts(self) -> dict[str, int]:
+        """Packets the impairment rules dropped and duplicated so far, over all hosts."""
+        counts = {"drop": 0, "dup": 0}
+        for spec in self.topo.hosts.values():
+            rules = self.host(spec.name).cmd(f"nft list table netdev {IMPAIR_TABLE} 2>/dev/null")
+            for packets, verdict in _NFT_COUNTER.findall(rules):
+                counts[verdict] += int(packets)
+        return counts
 
 
 @contextmanager

@@ -9,6 +9,7 @@ import logging
 import shutil
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -80,8 +81,8 @@ def run_allreduce(fabric: Fabric, job: JobSpec, tensors: list[np.ndarray], work_
     """AllReduce `tensors[w]` from worker w's host at once; return each worker's result.
 
     Every worker runs `python -m hosts.worker` in its host's namespace on a .npy input.
-    A worker that fails or outlives `timeout_s` is a PieceError naming it; the others are
-    then stopped too, so nothing outlives the call.
+    Workers that fail or outlive `timeout_s` (together) make a PieceError naming each of
+    them with its stderr; nothing started here outlives the call.
     """
     if len(tensors) != len(job.workers):
         raise PieceError(f"job {job.job_id} has {len(job.workers)} workers, got {len(tensors)} tensors")
@@ -97,16 +98,22 @@ def run_allreduce(fabric: Fabric, job: JobSpec, tensors: list[np.ndarray], work_
                    "--input", str(inp), "--output", str(out), *worker_args]
             procs.append((w, host, fabric.popen(host, cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE,
                                                 stderr=subprocess.PIPE, text=True), out))
-        results = []
+        deadline = time.monotonic() + timeout_s
+        outputs = []
         for w, host, proc, out in procs:
             try:
-                stdout, stderr = proc.communicate(timeout=timeout_s)
+                stdout, stderr = proc.communicate(timeout=max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                raise PieceError(f"worker {w} on {host} did not finish within {timeout_s:.0f} s") from None
-            if proc.returncode != 0:
-                raise PieceError(f"worker {w} on {host} failed (exit {proc.returncode}): {stderr.strip()}")
-            results.append(WorkerResult(w, host, np.load(out), _last_json_line(stdout, w)))
-        return results
+                end_child(proc)
+                stdout, stderr = proc.communicate()
+                stderr = f"did not finish within {timeout_s:.0f} s; {stderr}"
+            outputs.append((w, host, proc.returncode, stdout, stderr, out))
+        failed = [f"worker {w} on {host} failed (exit {rc}): {err.strip()}"
+                  for w, host, rc, _, err, _ in outputs if rc != 0]
+        if failed:
+            raise PieceError("\n".join(failed))
+        return [WorkerResult(w, host, np.load(out), _last_json_line(stdout, w))
+                for w, host, _, stdout, _, out in outputs]
     finally:
         for _, _, proc, _ in procs:
             end_child(proc)

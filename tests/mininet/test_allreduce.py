@@ -73,26 +73,21 @@ def test_million_float32_elements_sum_within_tolerance(inc_star):
 @pytest.mark.parametrize("loss_pct, length", [(1, 20_000), (5, 4_000)])
 def test_allreduce_completes_correctly_under_random_loss(inc_star, loss_pct, length):
     tensors = int32_tensors(inc_star.n, length, seed=5)
-    before = inc_star.counters()
     with inc_star.impaired(Impairment(loss_pct=loss_pct)):
         results = inc_star.allreduce(tensors)
+        dropped = inc_star.fabric.impairment_counts()["drop"]
     assert_int32_sums(results, tensors)
-    after = inc_star.counters()
-    # Loss must have made someone retransmit, or this test proved nothing.
-    recovered = sum(after[c] - before[c] for c in ("MyIngress.duplicate_drops", "MyIngress.results_resent"))
-    assert recovered > 0
+    assert dropped > 0, "no packet was lost: this run proved nothing"
 
 
 @FOUR
 def test_duplicated_contributions_do_not_change_the_sum(inc_star):
     tensors = float32_tensors(inc_star.n, 4_000, seed=6)
-    before = inc_star.counters()
     with inc_star.impaired(Impairment(loss_pct=1, duplicate_pct=5)):
         results = inc_star.allreduce(tensors)
+        duplicated = inc_star.fabric.impairment_counts()["dup"]
     assert_float32_sums(results, tensors)
-    after = inc_star.counters()
-    assert after["MyIngress.duplicate_drops"] + after["MyIngress.results_resent"] > (
-        before["MyIngress.duplicate_drops"] + before["MyIngress.results_resent"])
+    assert duplicated > 0, "no packet was duplicated: this run proved nothing"
 
 
 @ALL_N

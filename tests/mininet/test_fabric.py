@@ -47,7 +47,18 @@ def test_impairment_rules_are_installed_in_every_host(star_fabric, dummy_target)
     fabric = star_fabric(2, impairment=Impairment(loss_pct=5, duplicate_pct=1))
     for h in ("h1", "h2"):
         rules = fabric.sh(h, "nft list table netdev p4inc_impair")
-        assert "numgen random mod 10000 < 500 drop" in rules and f'dup to "{h}-eth0"' in rules
+        assert "numgen random mod 10000 < 500 counter" in rules and f'dup to "{h}-eth0"' in rules
+
+
+def test_impairment_drops_and_duplicates_are_counted(star_fabric, dummy_target):
+    fabric = star_fabric(2, impairment=Impairment(loss_pct=50, duplicate_pct=50))
+    # No switch forwards here: h1's own frames meet its egress rules, that is enough.
+    fabric.sh("h1", "ip neigh replace 10.0.0.2 lladdr 08:00:00:00:00:02 dev h1-eth0")
+    fabric.host("h1").cmd("ping -c 40 -i 0.01 -W 0.1 10.0.0.2")
+    counts = fabric.impairment_counts()
+    assert counts["drop"] > 0 and counts["dup"] > 0
+    fabric.impair(None)
+    assert fabric.impairment_counts() == {"drop": 0, "dup": 0}
 
 
 def test_target_that_dies_at_start_is_reported_with_its_log(star_fabric, dummy_target, monkeypatch):

@@ -9,12 +9,12 @@ def test_loss_and_duplicates_become_netdev_rules_on_the_interface():
         "table netdev p4inc_impair {",
         "  chain egress {",
         '    type filter hook egress device "h1-eth0" priority 0;',
-        "    numgen random mod 10000 < 500 drop",
-        '    numgen random mod 10000 < 150 dup to "h1-eth0"',
+        "    numgen random mod 10000 < 500 counter drop",
+        '    numgen random mod 10000 < 150 counter dup to "h1-eth0"',
         "  }",
         "  chain ingress {",
         '    type filter hook ingress device "h1-eth0" priority 0;',
-        "    numgen random mod 10000 < 500 drop",
+        "    numgen random mod 10000 < 500 counter drop",
         "  }",
         "}", ""])
 
