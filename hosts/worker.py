@@ -1,6 +1,6 @@
-"""CLI for one worker inside a Mininet host: runs `allreduce` on a .npy tensor or on a
-generated one (which every worker can also compute for the others, so --check verifies the
-sum against numpy), and prints one JSON line of timings for the benchmarks.
+"""CLI for one worker inside a Mininet host: runs `allreduce` (in the switch, or the host
+ring baseline) on a .npy tensor or on a generated one (which every worker can also compute
+for the others, so --check verifies the sum against numpy), and prints a JSON line of timings.
 """
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ from pathlib import Path
 import numpy as np
 
 from hosts.agent import IncError, JobConfig, Worker
-from hosts.inc import AGG_IP, INC_PORT
-from hosts.transport import UdpTransport
+from hosts.inc import AGG_IP, INC_PORT, RING_PORT
+from hosts.ring import RingConfig, RingWorker
+from hosts.transport import UdpPeerTransport, UdpTransport
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +43,13 @@ def parse_address(text: str) -> tuple[str, int]:
         raise argparse.ArgumentTypeError(f"{text!r} is not IP or IP:PORT") from None
 
 
+def parse_peers(text: str) -> list[str]:
+    peers = [p.strip() for p in text.split(",") if p.strip()]
+    if not peers:
+        raise argparse.ArgumentTypeError("--peers needs at least one IP")
+    return peers
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m hosts.worker",
@@ -51,11 +59,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--job-id", type=int, required=True, help="job id the controller installed")
     p.add_argument("--worker-id", type=int, required=True, help="this worker's id, 0..workers-1")
     p.add_argument("--workers", type=int, required=True, help="number of workers in the job")
+    p.add_argument("--algorithm", choices=("inc", "ring"), default="inc",
+                   help="inc: aggregate in the switch (default); ring: the host ring baseline, "
+                        "the switch only forwards")
     p.add_argument("--aggregator", type=parse_address, default=(AGG_IP, INC_PORT),
-                   help=f"the switch's aggregator address IP[:PORT] (default {AGG_IP}:{INC_PORT})")
-    p.add_argument("--port", type=int, default=INC_PORT,
-                   help="local UDP port results arrive on, as in the controller's worker entry "
-                        f"(default {INC_PORT})")
+                   help=f"inc: the switch's aggregator address IP[:PORT] (default {AGG_IP}:{INC_PORT})")
+    p.add_argument("--peers", type=parse_peers,
+                   help="ring: every worker's IP in worker-id order, comma separated, e.g. "
+                        "10.0.0.1,10.0.0.2 (all on --port)")
+    p.add_argument("--port", type=int,
+                   help="local UDP port: inc results arrive on it, as in the controller's worker entry "
+                        f"(default {INC_PORT}); ring peers listen on it (default {RING_PORT})")
+    p.add_argument("--bind", default="0.0.0.0",
+                   help="inc: local IP to bind (default any); ring binds to its own --peers entry")
     p.add_argument("--interface", help="bind to this interface (e.g. h1-eth0; needs root)")
     data = p.add_mutually_exclusive_group(required=True)
     data.add_argument("--input", type=Path, help="a .npy file with an int32 or float32 array")
@@ -82,18 +98,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.check and args.size is None:
         print("error: --check needs --size (generated tensors)", file=sys.stderr)
         return 2
+    if args.algorithm == "ring" and (args.peers is None or len(args.peers) != args.workers):
+        print("error: --algorithm ring needs --peers with one IP per worker", file=sys.stderr)
+        return 2
     try:
-        config = JobConfig(args.job_id, args.worker_id, args.workers, window=args.window,
-                           timeout=args.timeout / 1000, max_retries=args.max_retries)
         if args.input is not None:
             tensor = np.load(args.input, allow_pickle=False)
         else:
             tensor = generated_tensor(args.seed, args.worker_id, args.size, args.dtype)
-        transport = UdpTransport(args.aggregator, ("0.0.0.0", args.port), args.interface)
+        worker = make_worker(args)
     except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    worker = Worker(config, transport)
     times = []
     try:
         for _ in range(args.iterations):
@@ -104,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: worker {args.worker_id}: {e}", file=sys.stderr)
         return 1
     finally:
-        transport.close()
+        worker.close()
     report = {"job_id": args.job_id, "worker_id": args.worker_id, "workers": args.workers,
               "elements": int(tensor.size), "dtype": str(tensor.dtype), "seconds": times}
     if args.check:
@@ -117,6 +133,26 @@ def main(argv: list[str] | None = None) -> int:
         np.save(args.output, result)
     print(json.dumps(report))
     return 0 if report.get("correct", True) else 1
+
+
+def make_worker(args: argparse.Namespace) -> Worker | RingWorker:
+    """The agent for --algorithm, on a UDP socket bound to --port (and --interface)."""
+    timeout = args.timeout / 1000
+    if args.algorithm == "ring":
+        port = RING_PORT if args.port is None else args.port
+        transport = UdpPeerTransport([(ip, port) for ip in args.peers], (args.peers[args.worker_id], port),
+                                     args.interface)
+        try:
+            config = RingConfig(args.job_id, args.worker_id, args.workers, window=args.window,
+                                timeout=timeout, max_retries=args.max_retries)
+        except ValueError:
+            transport.close()
+            raise
+        return RingWorker(config, transport)
+    config = JobConfig(args.job_id, args.worker_id, args.workers, window=args.window,
+                       timeout=timeout, max_retries=args.max_retries)
+    port = INC_PORT if args.port is None else args.port
+    return Worker(config, UdpTransport(args.aggregator, (args.bind, port), args.interface))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,119 @@
+"""`python -m hosts.worker` as Mininet hosts run it, here on loopback: N processes with
+real UDP sockets, through p4sim (inc, behind a UDP bridge) or to each other (ring), each
+checking its result against numpy (--check)."""
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from p4sim import Switch
+
+from hosts.inprocess import InProcessFabric
+from tests.hosts.conftest import Job, host, install_forwarding, install_job
+
+ROOT = Path(__file__).resolve().parents[2]
+BRIDGE_IP = "127.0.0.254"
+
+
+def free_udp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def loopback_ip(worker: int) -> str:
+    return f"127.0.0.{worker + 1}"
+
+
+class UdpBridge:
+    """The aggregator on loopback: UDP from 127.0.0.(w+1) enters the switch as worker w's
+    frame; what the switch sends to worker w goes back to 127.0.0.(w+1):worker_port."""
+
+    def __init__(self, fabric: InProcessFabric, n: int, worker_port: int) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind((BRIDGE_IP, 0))
+        self.sock.settimeout(0.05)
+        self.address = self.sock.getsockname()
+        self.transports = [fabric.transport(w) for w in range(n)]
+        self.worker_port = worker_port
+        self.stop = threading.Event()
+        self.threads = [threading.Thread(target=self._uplink)] + [
+            threading.Thread(target=self._downlink, args=(w,)) for w in range(n)]
+        for t in self.threads:
+            t.start()
+
+    def _uplink(self) -> None:
+        while not self.stop.is_set():
+            try:
+                payload, (ip, _) = self.sock.recvfrom(2048)
+            except socket.timeout:
+                continue
+            self.transports[int(ip.rsplit(".", 1)[1]) - 1].send(payload)
+
+    def _downlink(self, w: int) -> None:
+        while not self.stop.is_set():
+            payload = self.transports[w].recv(0.05)
+            if payload is not None:
+                self.sock.sendto(payload, (loopback_ip(w), self.worker_port))
+
+    def close(self) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join()
+        self.sock.close()
+
+
+def run_workers(commands: list[list[str]]) -> list[dict]:
+    procs = [subprocess.Popen([sys.executable, "-m", "hosts.worker", *c], cwd=ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for c in commands]
+    try:
+        outs = [p.communicate(timeout=120) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    for p, (_, err) in zip(procs, outs):
+        assert p.returncode == 0, err
+    return [json.loads(out) for out, _ in outs]
+
+
+@pytest.mark.parametrize("dtype", ["int32", "float32"])
+def test_inc_workers_over_udp_through_p4sim_get_the_numpy_sum(switch: Switch, dtype: str) -> None:
+    n, port = 3, free_udp_port()
+    job = Job(job_id=4, hosts=tuple(host(i) for i in range(1, n + 1)), num_slots=8)
+    install_forwarding(switch, list(job.hosts))
+    install_job(switch, job)
+    with InProcessFabric(switch, list(job.hosts)) as fabric:
+        bridge = UdpBridge(fabric, n, port)
+        try:
+            aggregator = f"{bridge.address[0]}:{bridge.address[1]}"
+            reports = run_workers([
+                ["--job-id", "4", "--worker-id", str(w), "--workers", str(n), "--aggregator", aggregator,
+                 "--bind", loopback_ip(w), "--port", str(port), "--size", "200", "--dtype", dtype,
+                 "--check", "--iterations", "2", "--window", "8"] for w in range(n)])
+        finally:
+            bridge.close()
+    for r in reports:
+        assert r["correct"] and len(r["seconds"]) == 2 and r["elements"] == 200
+
+
+def test_ring_workers_over_udp_get_the_numpy_sum() -> None:
+    n, port = 3, free_udp_port()
+    peers = ",".join(loopback_ip(w) for w in range(n))
+    reports = run_workers([
+        ["--algorithm", "ring", "--peers", peers, "--port", str(port), "--job-id", "1", "--worker-id", str(w),
+         "--workers", str(n), "--size", "500", "--dtype", "float32", "--check"] for w in range(n)])
+    assert all(r["correct"] for r in reports)
+
+
+def test_bad_arguments_give_a_message_not_a_traceback() -> None:
+    p = subprocess.run([sys.executable, "-m", "hosts.worker", "--job-id", "1", "--worker-id", "3",
+                        "--workers", "2", "--size", "4"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2
+    assert "worker_id must be 0..1" in p.stderr and "Traceback" not in p.stderr
