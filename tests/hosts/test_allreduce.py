@@ -52,6 +52,13 @@ def test_int32_sum_is_exact(switch: Switch, n: int, length: int) -> None:
         np.testing.assert_array_equal(out, np.sum(inputs, axis=0, dtype=np.int32))
 
 
+def test_large_int32_tensor_reuses_every_slot_many_times(switch: Switch) -> None:
+    rng = np.random.default_rng(99)
+    inputs = [rng.integers(-2**24, 2**24, 20000, dtype=np.int32) for _ in range(4)]
+    for out in run_allreduce(switch, [inputs], window=16)[0]:
+        np.testing.assert_array_equal(out, np.sum(inputs, axis=0, dtype=np.int32))
+
+
 @pytest.mark.parametrize("n", [2, 4, 8])
 def test_float32_sum_is_within_the_quantisation_bound(switch: Switch, n: int) -> None:
     rng = np.random.default_rng(n)
