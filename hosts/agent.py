@@ -39,7 +39,8 @@ class IncTimeoutError(IncError):
 
 @dataclass(frozen=True)
 class JobConfig:
-    """One worker's view of its job, as the controller installed it."""
+    """One worker's view of its job, as the controller installed it. All workers of a job
+    must use the same window (it maps chunks to slots)."""
     job_id: int
     worker_id: int
     num_workers: int
@@ -215,7 +216,8 @@ class Worker:
             if f.tries > self.config.max_retries:
                 raise IncTimeoutError(f"job {self.config.job_id} worker {self.config.worker_id}: no result "
                                       f"for seq {f.seq} after {f.tries} tries; are the switch, the job "
-                                      f"and all {self.config.num_workers} workers up?")
+                                      f"and all {self.config.num_workers} workers up, with the same "
+                                      f"window ({self.config.window}) within the job's slots?")
             log.debug("retransmitting seq %d (try %d)", f.seq, f.tries + 1)
             self.transport.send(f.payload)
             f.tries += 1

@@ -72,6 +72,10 @@ class InProcessFabric:
     def transport(self, index: int) -> "InProcessTransport":
         return InProcessTransport(self, index)
 
+    def inbox(self, index: int) -> queue.Queue:
+        """UDP payloads delivered to host `index`'s INC port."""
+        return self._inboxes[self.hosts[index].port]
+
     def close(self) -> None:
         with self._cv:
             self._closed = True
@@ -88,7 +92,8 @@ class InProcessFabric:
         """Put a whole frame on the link from the host at `port` to the switch."""
         self._over_link(lambda: self._to_switch(port, frame))
 
-    def _uplink(self, index: int, payload: bytes) -> None:
+    def send_payload(self, index: int, payload: bytes) -> None:
+        """Host `index` sends an INC payload to the aggregator."""
         self.send_frame(self.hosts[index].port, self._prefixes[index] + payload)
 
     def _to_switch(self, port: int, frame: bytes) -> None:
@@ -143,10 +148,10 @@ class InProcessTransport:
     def __init__(self, fabric: InProcessFabric, index: int) -> None:
         self.fabric = fabric
         self.index = index
-        self._inbox = fabric._inboxes[fabric.hosts[index].port]
+        self._inbox = fabric.inbox(index)
 
     def send(self, payload: bytes) -> None:
-        self.fabric._uplink(self.index, payload)
+        self.fabric.send_payload(self.index, payload)
 
     def recv(self, timeout: float) -> bytes | None:
         try:
