@@ -37,6 +37,7 @@ _MATCH_KINDS = {p4info_pb2.MatchField.EXACT: "exact", p4info_pb2.MatchField.LPM:
                 p4info_pb2.MatchField.TERNARY: "ternary", p4info_pb2.MatchField.RANGE: "range",
                 p4info_pb2.MatchField.OPTIONAL: "optional"}
 IDLE_POLL_S = 0.1   # how often support_timeout tables are scanned for expired entries
+READ_CHUNK = 10000  # entities per ReadResponse
 
 
 class RequestError(Exception):
@@ -148,6 +149,19 @@ class _Session:
     """One StreamChannel: its election id and the messages waiting to be sent on it."""
     out: queue.Queue = field(default_factory=queue.Queue)
     election_id: ElectionId | None = None
+
+
+class _Entities:
+    """A read's results as ReadResponses of at most READ_CHUNK entities each, so every
+    message stays under the client's default 4 MB limit."""
+
+    def __init__(self) -> None:
+        self.responses = [p4runtime_pb2.ReadResponse()]
+
+    def add(self) -> p4runtime_pb2.Entity:
+        if len(self.responses[-1].entities) >= READ_CHUNK:
+            self.responses.append(p4runtime_pb2.ReadResponse())
+        return self.responses[-1].entities.add()
 
 
 class _Abort:
@@ -310,11 +324,13 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
         try:
             self._check_device(request.device_id)
             pipe = self._require_pipeline()
+            out = _Entities()
             with self.switch.lock:
-                entities = [e for entity in request.entities for e in self._read_one(pipe, entity)]
+                for entity in request.entities:
+                    self._read_one(pipe, entity, out)
         except RequestError as err:
             context.abort(err.code, err.message)
-        yield p4runtime_pb2.ReadResponse(entities=entities)
+        yield from out.responses
 
     def StreamChannel(self, request_iterator, context):
         session = _Session()
@@ -387,7 +403,10 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
             getattr(query.packet_replication_engine_entry, kind).SetInParent()
             queries.append(query)
         with self.switch.lock:
-            saved = [e for q in queries for e in self._read_one(old, q) if not e.table_entry.is_const]
+            out = _Entities()
+            for q in queries:
+                self._read_one(old, q, out)
+            saved = [e for resp in out.responses for e in resp.entities if not e.table_entry.is_const]
             self._commit(new)
             for entity in saved:
                 try:
@@ -674,7 +693,8 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
         return self.switch.state.tables[t.preamble.name].get(self._match(t, msg.match), msg.priority)
 
     # --- read -----------------------------------------------------------------
-    def _read_one(self, pipe: Pipeline, entity) -> list:
+    # Readers fill messages in place: pure-Python protobuf makes copies the main cost.
+    def _read_one(self, pipe: Pipeline, entity, out: _Entities) -> None:
         kind = entity.WhichOneof("entity")
         reader = {
             "table_entry": self._read_table_entries,
@@ -689,33 +709,34 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
         if reader is None:
             raise RequestError(Code.UNIMPLEMENTED, f"{kind or 'empty entity'} reads are not supported")
         try:
-            return [p4runtime_pb2.Entity(**{kind: m}) for m in reader(pipe, getattr(entity, kind))]
+            reader(pipe, getattr(entity, kind), lambda: getattr(out.add(), kind))
         except StateError as err:
             raise RequestError.from_state(err) from None
 
-    def _read_table_entries(self, pipe: Pipeline, msg) -> Iterator:
+    def _read_table_entries(self, pipe: Pipeline, msg, new: Callable) -> None:
         tables = [pipe.table(msg.table_id)] if msg.table_id else list(pipe.tables.values())
         for t in tables:
             table = self.switch.state.tables[t.preamble.name]
             if msg.is_default_action:
-                out = p4runtime_pb2.TableEntry(table_id=t.preamble.id, is_default_action=True)
+                out = new()
+                out.table_id, out.is_default_action = t.preamble.id, True
                 self._fill_action(pipe, out.action.action, table.default_action, table.default_args)
-                yield out
                 continue
             if msg.table_id and len(msg.match):
                 try:
                     entries = [table.get(self._match(t, msg.match), msg.priority)]
-                except StateError:
+                except StateError as err:
+                    if err.code != "NOT_FOUND":
+                        raise
                     entries = []      # as PI: reading a missing entry returns nothing
             else:
                 entries = table.entries()
             for entry in entries:
-                yield self._entry_message(pipe, t, entry, msg)
+                self._fill_entry(new(), pipe, t, entry, msg)
 
-    def _entry_message(self, pipe: Pipeline, t, entry: TableEntry, query=None):
-        out = p4runtime_pb2.TableEntry(table_id=t.preamble.id, priority=entry.priority,
-                                       idle_timeout_ns=entry.idle_timeout_ns, metadata=entry.metadata,
-                                       is_const=t.is_const_table)
+    def _fill_entry(self, out, pipe: Pipeline, t, entry: TableEntry, query=None) -> None:
+        out.table_id, out.priority = t.preamble.id, entry.priority
+        out.idle_timeout_ns, out.metadata, out.is_const = entry.idle_timeout_ns, entry.metadata, t.is_const_table
         for f, m in zip(t.match_fields, entry.match):
             if m is None:
                 continue
@@ -729,14 +750,15 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
             else:
                 fm.range.low, fm.range.high = encode_value(m[1]), encode_value(m[2])
         self._fill_action(pipe, out.action.action, entry.action, entry.args)
+        if query is None:
+            return
         kinds = {rid >> 24 for rid in t.direct_resource_ids}
-        if query is not None and query.HasField("counter_data") and p4info_pb2.P4Ids.DIRECT_COUNTER in kinds:
+        if query.HasField("counter_data") and p4info_pb2.P4Ids.DIRECT_COUNTER in kinds:
             out.counter_data.packet_count, out.counter_data.byte_count = entry.packets, entry.bytes
-        if query is not None and query.HasField("meter_config") and entry.meter.config is not None:
+        if query.HasField("meter_config") and entry.meter.config is not None:
             self._fill_meter(out.meter_config, entry.meter.config)
-        if query is not None and query.HasField("time_since_last_hit"):
+        if query.HasField("time_since_last_hit"):
             out.time_since_last_hit.elapsed_ns = time.monotonic_ns() - entry.last_hit_ns
-        return out
 
     @staticmethod
     def _fill_action(pipe: Pipeline, out, name: str, args: tuple[int, ...]) -> None:
@@ -748,39 +770,39 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
     def _fill_meter(out, config: tuple[int, int, int, int]) -> None:
         out.cir, out.cburst, out.pir, out.pburst = config
 
-    def _read_counters(self, pipe: Pipeline, msg) -> Iterator:
+    def _read_counters(self, pipe: Pipeline, msg, new: Callable) -> None:
         counters = ([self._get_by_id(pipe.counters, msg.counter_id, pipe.direct_counters, "CounterEntry")]
                     if msg.counter_id else list(pipe.counters.values()))
         for c in counters:
             array = self.switch.state.counters[c.preamble.name]
             for i in self._indexes(msg, c.size, c.preamble.name):
-                yield p4runtime_pb2.CounterEntry(
-                    counter_id=c.preamble.id, index={"index": i},
-                    data={"packet_count": array.packets[i], "byte_count": array.bytes[i]})
+                out = new()
+                out.counter_id, out.index.index = c.preamble.id, i
+                out.data.packet_count, out.data.byte_count = array.packets[i], array.bytes[i]
 
-    def _read_direct_counters(self, pipe: Pipeline, msg) -> Iterator:
+    def _read_direct_counters(self, pipe: Pipeline, msg, new: Callable) -> None:
         for t, entry in self._direct_entries(pipe, msg.table_entry, p4info_pb2.P4Ids.DIRECT_COUNTER):
-            yield p4runtime_pb2.DirectCounterEntry(
-                table_entry=self._entry_message(pipe, t, entry),
-                data={"packet_count": entry.packets, "byte_count": entry.bytes})
+            out = new()
+            self._fill_entry(out.table_entry, pipe, t, entry)
+            out.data.packet_count, out.data.byte_count = entry.packets, entry.bytes
 
-    def _read_meters(self, pipe: Pipeline, msg) -> Iterator:
+    def _read_meters(self, pipe: Pipeline, msg, new: Callable) -> None:
         meters = ([self._get_by_id(pipe.meters, msg.meter_id, pipe.direct_meters, "MeterEntry")]
                   if msg.meter_id else list(pipe.meters.values()))
         for m in meters:
             array = self.switch.state.meters[m.preamble.name]
             for i in self._indexes(msg, m.size, m.preamble.name):
-                out = p4runtime_pb2.MeterEntry(meter_id=m.preamble.id, index={"index": i})
+                out = new()
+                out.meter_id, out.index.index = m.preamble.id, i
                 if array.meters[i].config is not None:
                     self._fill_meter(out.config, array.meters[i].config)
-                yield out
 
-    def _read_direct_meters(self, pipe: Pipeline, msg) -> Iterator:
+    def _read_direct_meters(self, pipe: Pipeline, msg, new: Callable) -> None:
         for t, entry in self._direct_entries(pipe, msg.table_entry, p4info_pb2.P4Ids.DIRECT_METER):
-            out = p4runtime_pb2.DirectMeterEntry(table_entry=self._entry_message(pipe, t, entry))
+            out = new()
+            self._fill_entry(out.table_entry, pipe, t, entry)
             if entry.meter.config is not None:
                 self._fill_meter(out.config, entry.meter.config)
-            yield out
 
     def _direct_entries(self, pipe: Pipeline, msg, resource: int) -> Iterator:
         """One entry (match given), all entries of a table, or of every table with the resource."""
@@ -795,45 +817,49 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
             elif msg.table_id:
                 raise RequestError(Code.INVALID_ARGUMENT, f"Table {t.preamble.name} has no such direct resource")
 
-    def _read_registers(self, pipe: Pipeline, msg) -> Iterator:
+    def _read_registers(self, pipe: Pipeline, msg, new: Callable) -> None:
         registers = ([Pipeline._get(pipe.registers, msg.register_id)] if msg.register_id
                      else list(pipe.registers.values()))
         for r in registers:
             values = self.switch.state.registers[r.preamble.name].values
             for i in self._indexes(msg, r.size, r.preamble.name):
-                yield p4runtime_pb2.RegisterEntry(register_id=r.preamble.id, index={"index": i},
-                                                  data={"bitstring": encode_value(values[i])})
+                out = new()
+                out.register_id, out.index.index, out.data.bitstring = r.preamble.id, i, encode_value(values[i])
 
-    def _read_pre(self, pipe: Pipeline, msg) -> Iterator:
+    def _read_pre(self, pipe: Pipeline, msg, new: Callable) -> None:
         state = self.switch.state
         kind = msg.WhichOneof("type")
         if kind == "multicast_group_entry":
             wanted = msg.multicast_group_entry.multicast_group_id
             for gid, replicas in sorted(state.multicast_groups.items()):
                 if wanted in (0, gid):
-                    yield p4runtime_pb2.PacketReplicationEngineEntry(multicast_group_entry={
-                        "multicast_group_id": gid, "replicas": self._replica_messages(replicas)})
+                    out = new().multicast_group_entry
+                    out.multicast_group_id = gid
+                    self._fill_replicas(out.replicas, replicas)
         elif kind == "clone_session_entry":
             wanted = msg.clone_session_entry.session_id
             for sid, s in sorted(state.clone_sessions.items()):
                 if wanted in (0, sid):
-                    yield p4runtime_pb2.PacketReplicationEngineEntry(clone_session_entry={
-                        "session_id": sid, "replicas": self._replica_messages(s.replicas),
-                        "class_of_service": s.class_of_service,
-                        "packet_length_bytes": s.packet_length_bytes})
+                    out = new().clone_session_entry
+                    out.session_id, out.class_of_service = sid, s.class_of_service
+                    out.packet_length_bytes = s.packet_length_bytes
+                    self._fill_replicas(out.replicas, s.replicas)
         else:
             raise RequestError(Code.INVALID_ARGUMENT, "empty PacketReplicationEngineEntry")
 
     @staticmethod
-    def _replica_messages(replicas: Iterable[tuple[int, int]]) -> list:
-        return [p4runtime_pb2.Replica(egress_port=port, instance=rid) for port, rid in replicas]
+    def _fill_replicas(out, replicas: Iterable[tuple[int, int]]) -> None:
+        for port, rid in replicas:
+            out.add(egress_port=port, instance=rid)
 
-    def _read_digests(self, pipe: Pipeline, msg) -> Iterator:
+    def _read_digests(self, pipe: Pipeline, msg, new: Callable) -> None:
         with self._lock:
             configs = dict(self._digest_config)
         for digest_id, config in configs.items():
             if msg.digest_id in (0, digest_id):
-                yield p4runtime_pb2.DigestEntry(digest_id=digest_id, config=config)
+                out = new()
+                out.digest_id = digest_id
+                out.config.CopyFrom(config)
 
     # --- stream ---------------------------------------------------------------
     def _read_stream(self, requests: Iterator, session: _Session) -> None:
@@ -970,12 +996,14 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
                     if seen is not None and seen[0] is entry and seen[1] == entry.last_hit_ns:
                         continue   # already reported; again only after the entry is hit
                     self._notified[id(entry)] = (entry, entry.last_hit_ns)
-                    expired.append(self._entry_message(pipe, t, entry))
-        if expired:
+                    expired.append((t, entry))
+            if not expired:
+                return
             msg = p4runtime_pb2.StreamMessageResponse()
-            msg.idle_timeout_notification.table_entry.extend(expired)
-            msg.idle_timeout_notification.timestamp = time.time_ns()
-            primary.out.put(msg)
+            for t, entry in expired:
+                self._fill_entry(msg.idle_timeout_notification.table_entry.add(), pipe, t, entry)
+        msg.idle_timeout_notification.timestamp = time.time_ns()
+        primary.out.put(msg)
 
 
 def serve(service: P4RuntimeService, address: str = "127.0.0.1:9559", workers: int = 16) -> tuple[grpc.Server, int]:

@@ -16,6 +16,7 @@ from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 from p4runtime_sh.p4runtime import P4RuntimeWriteException
 
 from p4sim import ir
+from p4sim import server as p4sim_server
 from p4sim.errors import P4Error
 from p4sim.p4info import build_p4info, to_text
 from p4sim.server import P4RuntimeService, serve
@@ -423,6 +424,15 @@ def test_register_write_one_index_and_read_all(client):
     values = [int.from_bytes(e.register_entry.data.bitstring, "big") for e in got]
     assert values == [0, 0, 0, 0x102, 0, 0, 0, 0]
     assert [e.register_entry.index.index for e in got] == list(range(8))
+
+
+def test_large_read_comes_in_several_responses(client, monkeypatch):
+    monkeypatch.setattr(p4sim_server, "READ_CHUNK", 3)
+    req = p4runtime_pb2.ReadRequest(device_id=0, entities=[
+        p4runtime_pb2.Entity(register_entry={"register_id": IDS["c.sums"]})])
+    responses = list(client.stub.Read(req))
+    assert [len(r.entities) for r in responses] == [3, 3, 2]
+    assert [e.register_entry.index.index for r in responses for e in r.entities] == list(range(8))
 
 
 def test_register_value_wider_than_register_is_out_of_range(client):
