@@ -152,3 +152,50 @@ def test_failed_assert_drops_and_counts_an_error(switch_factory):
 def test_default_case_drops(switch_factory):
     sw = switch_factory()
     assert run(sw, bytes([99, 0, 0, 0])) is None and sw.stats["dropped"] == 1
+
+
+SUB_BLOCKS = r"""
+#include <core.p4>
+#include <v1model.p4>
+header h_t { bit<8> a; bit<8> b; }
+header g_t { bit<8> c; }
+struct headers { h_t h; g_t g; }
+struct meta_t { bit<8> m; }
+parser Inner(packet_in pkt, inout headers hdr) {
+    state start { pkt.extract(hdr.g); transition accept; }
+}
+parser P(packet_in pkt, out headers hdr, inout meta_t meta, inout standard_metadata_t sm) {
+    Inner() inner;
+    state start { pkt.extract(hdr.h); inner.apply(pkt, hdr); transition accept; }
+}
+control Sub(inout h_t h, out bit<8> r) {
+    register<bit<8>>(2) seen;
+    action bump(bit<8> d) { h.a = h.a + d; }
+    table t { key = { h.b : exact; } actions = { bump; NoAction; } default_action = bump(1); }
+    apply { t.apply(); r = h.a; seen.write(0, h.a); }
+}
+control V(inout headers hdr, inout meta_t meta) { apply { } }
+control I(inout headers hdr, inout meta_t meta, inout standard_metadata_t sm) {
+    Sub() first;
+    Sub() second;
+    apply { first.apply(hdr.h, meta.m); second.apply(hdr.h, hdr.h.b); hdr.g.c = meta.m; sm.egress_spec = 1; }
+}
+control E(inout headers hdr, inout meta_t meta, inout standard_metadata_t sm) { apply { } }
+control C(inout headers hdr, inout meta_t meta) { apply { } }
+control D(packet_out pkt, in headers hdr) { apply { pkt.emit(hdr); } }
+V1Switch(P(), V(), I(), E(), C(), D()) main;
+"""
+
+
+def test_sub_parser_and_sub_controls_run_per_instance_with_p4c_names(tmp_path):
+    src = tmp_path / "sub.p4"
+    src.write_text(SUB_BLOCKS)
+    program = compile_file(str(src))
+    assert set(program.info.tables) == {"I.first.t", "I.second.t"}
+    assert set(program.info.registers) == {"I.first.seen", "I.second.seen"}
+    sw = Switch(program)
+    sw.state.tables["I.second.t"].insert(TableEntry((("exact", 3),), "I.second.bump", (5,)))
+    # first: miss, a = 10 + 1 -> meta.m = 11; second: b is still 3, hit, a = 16 -> b = 16.
+    assert sw.process(0, bytes([10, 3, 0])) == [(1, bytes([16, 16, 11]))]
+    assert sw.state.registers["I.first.seen"].values[0] == 11
+    assert sw.state.registers["I.second.seen"].values[0] == 16

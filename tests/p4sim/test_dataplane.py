@@ -4,17 +4,21 @@ veth pairs whose far ends live in a network namespace (root), with BMv2-named pc
 from __future__ import annotations
 
 import os
+import signal
+import socket
 import subprocess
 import sys
 import threading
 from pathlib import Path
 
+import grpc
 import pytest
 from scapy.layers.l2 import Ether
 from scapy.utils import rdpcap
 
 from p4sim import Switch, compile_file
 from p4sim.dataplane import Dataplane, parse_interface
+from p4sim.p4info import build_p4info, to_text
 from p4sim.state import TableEntry
 
 PROGRAM = Path(__file__).resolve().parents[1] / "p4programs" / "packet_io.p4"
@@ -100,3 +104,47 @@ def test_frame_crosses_the_switch_between_veths_and_is_captured(veths, tmp_path)
     assert [p for p, d in received if d == FRAME] == [1]
     assert [bytes(p) for p in rdpcap(str(tmp_path / "pcap" / f"{a}_in.pcap"))] == [FRAME]
     assert [bytes(p) for p in rdpcap(str(tmp_path / "pcap" / f"{b}_out.pcap"))] == [FRAME]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.mininet
+def test_switch_process_forwards_between_veths_once_the_controller_installs_an_entry(veths, tmp_path):
+    import p4runtime_sh.shell as shell
+    ns, a, b = veths
+    program = compile_file(str(PROGRAM))
+    p4info_path, config_path = tmp_path / "packet_io.p4info.txt", tmp_path / "packet_io.json"
+    p4info_path.write_text(to_text(build_p4info(program.info)))
+    config_path.write_bytes(program.device_config())
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "p4sim", "-i", f"1@{a}", "-i", f"2@{b}", "--no-p4",
+                             "--pcap", str(tmp_path / "pcap"), "--grpc-server-addr", f"127.0.0.1:{port}",
+                             "--cpu-port", "255"], stderr=subprocess.PIPE, text=True)
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            grpc.channel_ready_future(channel).result(timeout=60)
+        shell.setup(device_id=0, grpc_addr=f"127.0.0.1:{port}", election_id=(0, 1),
+                    config=shell.FwdPipeConfig(str(p4info_path), str(config_path)), verbose=False)
+        try:
+            te = shell.TableEntry("MyIngress.dmac")(action="MyIngress.set_egress_port")
+            te.match["hdr.ethernet.dstAddr"] = "00:00:00:00:00:02"
+            te.action["port"] = "2"
+            te.insert()
+        finally:
+            shell.teardown()
+        peer = subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c", PEER,
+                               f"{a}p", f"{b}p", FRAME.hex()], capture_output=True, text=True, timeout=60)
+        assert peer.returncode == 0, peer.stderr
+        assert bytes.fromhex(peer.stdout.strip()) == FRAME
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+        assert [bytes(p) for p in rdpcap(str(tmp_path / "pcap" / f"{b}_out.pcap"))] == [FRAME]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
