@@ -946,9 +946,7 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
             msg.error.packet_out.packet_out.CopyFrom(packet)
             session.out.put(msg)
             return
-        with self.switch.lock:
-            outputs = self.switch.process(self.cpu_port, data)
-        self.handle_outputs(outputs)
+        self.handle_outputs(self.switch.process(self.cpu_port, data))
 
     @staticmethod
     def _packet_out_header(pipe: Pipeline, metadata) -> bytes:

@@ -1,5 +1,6 @@
 """The raw-socket data plane: `-i` parsing, and a frame sent through packet_io.p4 between two
-veth pairs whose far ends live in a network namespace (root), with BMv2-named pcaps.
+veth pairs whose far ends live in a network namespace (root), with BMv2-named pcaps, both
+in process and through `python -m p4sim -i ...` programmed by p4runtime-shell.
 """
 from __future__ import annotations
 
