@@ -1,6 +1,7 @@
 """Workers and a switch in one process: an InProcessFabric wraps INC payloads in
-Ethernet/IPv4/UDP, feeds them to `p4sim.Switch.process` and hands the switch's output to
-the workers' transports, with optional loss, duplication and reordering on every link.
+Ethernet/IPv4/UDP (to the aggregator, or host to host for the ring baseline), feeds them to
+`p4sim.Switch.process` and hands the switch's output to the hosts' transports, with optional
+loss, duplication and reordering on every link.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
-from hosts.inc import AGG_IP, AGG_MAC, INC_PORT, PAYLOAD_SIZE
+from hosts.inc import AGG_IP, AGG_MAC, INC_PORT, PAYLOAD_SIZE, RING_PORT
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +52,8 @@ class Faults:
 
 
 class InProcessFabric:
-    """N hosts cabled to one in-process switch; `transport(i)` is host i's Transport."""
+    """N hosts cabled to one in-process switch; `transport(i)` is host i's Transport to the
+    aggregator, `peer_transport(i)` its PeerTransport to the other hosts (on RING_PORT)."""
 
     def __init__(self, switch: PacketSwitch, hosts: Sequence[Host], faults: Faults = Faults()) -> None:
         self.switch = switch
@@ -59,9 +61,12 @@ class InProcessFabric:
         self.faults = faults
         self._rng = random.Random(faults.seed)
         self._rng_lock = threading.Lock()
-        self._inboxes = {h.port: queue.Queue() for h in self.hosts}
+        self._inboxes = {(h.port, udp_port): queue.Queue() for h in self.hosts
+                         for udp_port in (h.udp_port, RING_PORT)}
         self._by_port = {h.port: h for h in self.hosts}
-        self._prefixes = [_uplink_prefix(h) for h in self.hosts]
+        self._prefixes = [_prefix(h, AGG_MAC, AGG_IP, h.udp_port, INC_PORT) for h in self.hosts]
+        self._peer_prefixes = [[_prefix(h, p.mac, p.ip, RING_PORT, RING_PORT) for p in self.hosts]
+                               for h in self.hosts]
         self._delayed: list[tuple[float, int, Callable[[], None]]] = []
         self._order = itertools.count()
         self._cv = threading.Condition()
@@ -72,9 +77,13 @@ class InProcessFabric:
     def transport(self, index: int) -> "InProcessTransport":
         return InProcessTransport(self, index)
 
-    def inbox(self, index: int) -> queue.Queue:
-        """UDP payloads delivered to host `index`'s INC port."""
-        return self._inboxes[self.hosts[index].port]
+    def peer_transport(self, index: int) -> "InProcessPeerTransport":
+        return InProcessPeerTransport(self, index)
+
+    def inbox(self, index: int, udp_port: int | None = None) -> queue.Queue:
+        """UDP payloads delivered to host `index` on `udp_port` (default: its INC port)."""
+        h = self.hosts[index]
+        return self._inboxes[(h.port, h.udp_port if udp_port is None else udp_port)]
 
     def close(self) -> None:
         with self._cv:
@@ -96,6 +105,10 @@ class InProcessFabric:
         """Host `index` sends an INC payload to the aggregator."""
         self.send_frame(self.hosts[index].port, self._prefixes[index] + payload)
 
+    def send_to_peer(self, index: int, peer: int, payload: bytes) -> None:
+        """Host `index` sends a ring payload to host `peer`, through the switch's forwarding."""
+        self.send_frame(self.hosts[index].port, self._peer_prefixes[index][peer] + payload)
+
     def _to_switch(self, port: int, frame: bytes) -> None:
         for out_port, out in self.switch.process(port, frame):
             host = self._by_port.get(out_port)
@@ -110,9 +123,10 @@ class InProcessFabric:
             return
         ihl = (frame[14] & 0x0F) * 4
         udp = 14 + ihl
-        if frame[30:34] != _ip_bytes(host.ip) or int.from_bytes(frame[udp + 2:udp + 4], "big") != host.udp_port:
+        inbox = self._inboxes.get((host.port, int.from_bytes(frame[udp + 2:udp + 4], "big")))
+        if frame[30:34] != _ip_bytes(host.ip) or inbox is None:
             return
-        self._inboxes[host.port].put(frame[udp + 8:])
+        inbox.put(frame[udp + 8:])
 
     def _over_link(self, deliver: Callable[[], None]) -> None:
         f = self.faults
@@ -163,12 +177,24 @@ class InProcessTransport:
         """Nothing to release: the fabric owns the links."""
 
 
+class InProcessPeerTransport(InProcessTransport):
+    """Host `index`'s PeerTransport on an InProcessFabric, for the ring baseline."""
+
+    def __init__(self, fabric: InProcessFabric, index: int) -> None:
+        super().__init__(fabric, index)
+        self._inbox = fabric.inbox(index, RING_PORT)
+
+    def send_to(self, peer: int, payload: bytes) -> None:
+        self.fabric.send_to_peer(self.index, peer, payload)
+
+
 def _ip_bytes(ip: str) -> bytes:
     return bytes(int(b) for b in ip.split("."))
 
 
-def _uplink_prefix(host: Host) -> bytes:
-    """Ethernet/IPv4/UDP header bytes of every INC packet from `host`, built once with Scapy."""
-    frame = (Ether(src=host.mac, dst=AGG_MAC) / IP(src=host.ip, dst=AGG_IP)
-             / UDP(sport=host.udp_port, dport=INC_PORT, chksum=0) / Raw(bytes(PAYLOAD_SIZE)))
+def _prefix(host: Host, dst_mac: str, dst_ip: str, sport: int, dport: int) -> bytes:
+    """Ethernet/IPv4/UDP header bytes of every INC-sized packet from `host` to one
+    destination, built once with Scapy."""
+    frame = (Ether(src=host.mac, dst=dst_mac) / IP(src=host.ip, dst=dst_ip)
+             / UDP(sport=sport, dport=dport, chksum=0) / Raw(bytes(PAYLOAD_SIZE)))
     return bytes(frame)[:_ETH_IP_UDP]
