@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterable, Iterator
 import grpc
 from google.rpc import code_pb2, status_pb2
 from p4.config.v1 import p4info_pb2
-from p4.v1 import p4data_pb2, p4runtime_pb2, p4runtime_pb2_grpc
+from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
 from .errors import P4Error
 from .ir import ProgramInfo
@@ -132,9 +132,6 @@ class Pipeline:
 
     def action(self, action_id: int) -> p4info_pb2.Action:
         return self._get(self.actions, action_id)
-
-    def name_of(self, kind: str, id_: int) -> str:
-        return getattr(self, kind)[id_].preamble.name
 
     @staticmethod
     def _get(by_id: dict, id_: int):
@@ -473,13 +470,15 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
         if not msg.HasField("action"):
             raise RequestError(Code.INVALID_ARGUMENT, "table entry without an action")
         action, args = self._action(pipe, t, msg.action, default=False)
+        if msg.HasField("meter_config"):
+            _check_meter_config(msg.meter_config)    # before anything changes
         entry = TableEntry(match, action, args, msg.priority, msg.idle_timeout_ns, msg.metadata)
         if op == Update.INSERT:
-            self._set_direct_resources(t, entry, msg)
+            self._set_direct_resources(entry, msg)
             table.insert(entry)
         else:
             table.modify(entry)
-            self._set_direct_resources(t, table.get(match, msg.priority), msg)
+            self._set_direct_resources(table.get(match, msg.priority), msg)
 
     def _write_default_entry(self, pipe: Pipeline, t, table, op: int, msg) -> None:
         if op != Update.MODIFY:
@@ -492,7 +491,8 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
         action, args = self._action(pipe, t, msg.action, default=True)
         table.set_default(action, args)
 
-    def _set_direct_resources(self, t, entry: TableEntry, msg) -> None:
+    @staticmethod
+    def _set_direct_resources(entry: TableEntry, msg) -> None:
         if msg.HasField("counter_data"):
             entry.packets = msg.counter_data.packet_count
             entry.bytes = msg.counter_data.byte_count
@@ -593,8 +593,7 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
         array = self.switch.state.meters[m.preamble.name]
         indexes = self._indexes(msg, m.size, m.preamble.name)
         c = msg.config
-        if c.pir < c.cir:   # checked before any index changes
-            raise RequestError(Code.INVALID_ARGUMENT, "meter PIR must not be below CIR")
+        _check_meter_config(c)      # before any index changes
         for i in indexes:
             if op == Update.DELETE or not msg.HasField("config"):
                 array.meters[i].reset()
@@ -1002,6 +1001,11 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
                 self._fill_entry(msg.idle_timeout_notification.table_entry.add(), pipe, t, entry)
         msg.idle_timeout_notification.timestamp = time.time_ns()
         primary.out.put(msg)
+
+
+def _check_meter_config(config) -> None:
+    if config.pir < config.cir:
+        raise RequestError(Code.INVALID_ARGUMENT, "meter PIR must not be below CIR")
 
 
 def serve(service: P4RuntimeService, address: str = "127.0.0.1:9559", workers: int = 16) -> tuple[grpc.Server, int]:
