@@ -549,6 +549,16 @@ def test_full_table_is_resource_exhausted(client):
     assert errors[0][1] == code_pb2.RESOURCE_EXHAUSTED
 
 
+def test_modify_with_bad_meter_config_changes_nothing(client):
+    e = table_entry("c.acl", (3, "optional", b"\x01"), action="c.drop", priority=1)
+    client.write(update(Update.INSERT, table_entry=e))
+    changed = table_entry("c.acl", (3, "optional", b"\x01"), action="NoAction", priority=1,
+                          meter_config={"cir": 10, "pir": 5})
+    assert rejected(client, update(Update.MODIFY, table_entry=changed))[0][1] == code_pb2.INVALID_ARGUMENT
+    (got,) = entries(client, "c.acl")
+    assert got.action.action.action_id == IDS["c.drop"]
+
+
 # --- arbitration -----------------------------------------------------------------
 
 def test_backup_client_is_told_and_cannot_write(running):
@@ -706,12 +716,3 @@ def test_p4runtime_shell_multicast_and_counters(shell):
     (read,) = [c for c in shell.CounterEntry("c.bad").read() if c.index == 2]
     assert read.data.packet_count == 11
 
-
-def test_modify_with_bad_meter_config_changes_nothing(client):
-    e = table_entry("c.acl", (3, "optional", b"\x01"), action="c.drop", priority=1)
-    client.write(update(Update.INSERT, table_entry=e))
-    changed = table_entry("c.acl", (3, "optional", b"\x01"), action="NoAction", priority=1,
-                          meter_config={"cir": 10, "pir": 5})
-    assert rejected(client, update(Update.MODIFY, table_entry=changed))[0][1] == code_pb2.INVALID_ARGUMENT
-    (got,) = entries(client, "c.acl")
-    assert got.action.action.action_id == IDS["c.drop"]
