@@ -60,16 +60,17 @@ def test_large_int32_tensor_reuses_every_slot_many_times(switch: Switch) -> None
 
 
 @pytest.mark.parametrize("n", [2, 4, 8])
-def test_float32_sum_is_within_the_quantisation_bound(switch: Switch, n: int) -> None:
-    rng = np.random.default_rng(n)
-    inputs = [(rng.standard_normal(700) * 10.0 ** rng.integers(-3, 4)).astype(np.float32) for _ in range(n)]
+@pytest.mark.parametrize("length", [1, INC_K - 1, INC_K + 1, 700])
+def test_float32_sum_is_within_the_quantisation_bound(switch: Switch, n: int, length: int) -> None:
+    rng = np.random.default_rng(n * 1000 + length)
+    inputs = [(rng.standard_normal(length) * 10.0 ** rng.integers(-3, 4)).astype(np.float32) for _ in range(n)]
     exact = np.sum(np.array(inputs, np.float64), axis=0)
     # the bound for the exponents the workers settle on: the true per-chunk ones, or up to slack above
     chunks_max = np.max(np.abs(np.array(inputs, np.float64)), axis=0)
     worst_exponent = int(np.frexp(chunks_max.max())[1]) + JobConfig(0, 0, n).exponent_slack
     bound = quantize.error_bound(np.array([worst_exponent]), n)[0] + np.abs(exact) * 2.0**-24
     for out in run_allreduce(switch, [inputs])[0]:
-        assert out.dtype == np.float32 and out.shape == (700,)
+        assert out.dtype == np.float32 and out.shape == (length,)
         assert np.all(np.abs(out - exact) <= bound)
 
 
