@@ -36,9 +36,12 @@ Subcommand: python -m p4sim compile PROG.p4 -o DIR  (see `python -m p4sim compil
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["compile"]:
-        return compile_main(argv[1:])
-    return switch_main(argv)
+    try:
+        if argv[:1] == ["compile"]:
+            return compile_main(argv[1:])
+        return switch_main(argv)
+    except KeyboardInterrupt:       # Ctrl-C before the switch's own handler is installed
+        return 130
 
 
 # --- the switch ------------------------------------------------------------------

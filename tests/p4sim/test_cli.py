@@ -75,6 +75,21 @@ def test_compile_writes_p4info_text_and_device_config(tmp_path):
         "MyIngress.acl", "MyIngress.smac", "MyIngress.dmac"}
 
 
+def test_missing_interface_exits_1_without_traceback():
+    r = p4sim("--no-p4", "-i", "1@p4sim-no-such0")
+    assert r.returncode == 1
+    assert "p4sim-no-such0" in r.stderr or "root" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_grpc_address_in_use_exits_1_without_traceback():
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        r = p4sim("--no-p4", "--grpc-server-addr", f"127.0.0.1:{busy.getsockname()[1]}")
+    assert r.returncode == 1 and "cannot listen" in r.stderr and "Traceback" not in r.stderr
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
