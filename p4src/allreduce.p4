@@ -235,9 +235,6 @@ control MyIngress(inout headers_t hdr,
     register<bit<8>>(SLOT_COUNT)   slot_need;    // max of the contributions' need
     register<bit<32>>(VALUE_COUNT) slot_values;  // the partial sums, index slot * K + element
 
-    action drop() {
-        mark_to_drop(standard_metadata);
-    }
     action drop_malformed() {
         malformed_drops.count(0);
         mark_to_drop(standard_metadata);
