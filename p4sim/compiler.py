@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import json
 import keyword
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import P4Error
+
+log = logging.getLogger(__name__)
 from .frontend import ast
 from .frontend.checker import (CheckedProgram, Sym, Target, V1SWITCH_BLOCKS, _wrap, const_value,
                                error_at)
@@ -251,7 +254,7 @@ class _Compiler:
         d = info.decl
         fl = self.frame_class(info)
         names = [_param_py(p) for p in d.params]
-        pkt, sm = names[0], names[3]
+        pkt = names[0]
         sig = ", ".join(names + ["L"])
         ctx = _Ctx("parser", info, sig, pkt)
         for st in d.states:
@@ -270,6 +273,11 @@ class _Compiler:
             self.frame_init(info, ctx)
         self.emit(f"st = PS_{_py(d.name)}_start")
         self.emit("n = 0")
+        if d.name != self.cp.pipeline["parser"]:      # a sub-parser: errors end the top parser
+            self.emit("while st is not None:")
+            self.emit(f"    st = st({sig})")
+            self.ind -= 1
+            return
         self.emit("try:")
         self.emit(f"    while st is not None:")
         self.emit(f"        n += 1")
@@ -277,7 +285,7 @@ class _Compiler:
         self.emit(f"        st = st({sig})")
         self.emit("except Reject as r:")
         self.emit("    if r.code is not None:")
-        self.emit(f"        {sm}.parser_error = r.code")
+        self.emit(f"        {names[3]}.parser_error = r.code")
         if self.trace:
             self.emit("    LOG('parser error %s', ERROR_NAMES.get(r.code, r.code))")
         self.ind -= 1
@@ -341,7 +349,8 @@ class _Compiler:
         sig = ", ".join(names + ["L"])
         pkt = next((_param_py(p) for p in d.params
                     if isinstance(p.type, ExternType) and p.type.decl.name == "packet_out"), "")
-        ctx = _Ctx("control", info, sig, pkt)
+        outs = [p.decl_sym for p in d.params if p.direction in ("out", "inout") and _scalar(p.type)]
+        ctx = _Ctx("control", info, sig, pkt, outs=outs)
         for a in info.actions:
             self.action(a, _Ctx("action", info, sig, pkt), sig)
         for t in info.tables:
@@ -353,10 +362,8 @@ class _Compiler:
             self.frame_init(info, ctx)
         if self.trace:
             self.emit(f"LOG('control {d.name}: start')")
-        start = len(self.lines)
         self.block(d.body, ctx)
-        if len(self.lines) == start:
-            self.emit("pass")
+        self.return_outs(ctx)
         self.ind -= 1
 
     def action(self, a: Sym, ctx: _Ctx, prefix: str) -> None:
@@ -463,9 +470,7 @@ class _Compiler:
         elif isinstance(s, ast.ConstDecl):
             pass                                      # folded where used
         elif isinstance(s, ast.Return):
-            if ctx.kind == "control":
-                self.emit("return")
-            elif ctx.kind == "function":
+            if ctx.kind == "function":
                 self.emit(f"return {self.expr(s.expr, ctx) if s.expr is not None else 'None'}")
             else:
                 self.return_outs(ctx)
@@ -576,6 +581,8 @@ class _Compiler:
             self.emit(f"{base}.{t.name}({c.count}, {cls_name(t.base.type.elem)})")
         elif t.kind == "function":
             self.emit(self.expr(c, ctx))
+        elif t.kind == "block_apply":
+            self.call_block(c, ctx)
         elif t.kind in ("extern_func", "method"):
             self.extern_call(c, ctx)
         else:
@@ -607,6 +614,24 @@ class _Compiler:
             self.emit(f"{r} = {call}")
             for i, o in enumerate(outs):
                 self.emit(f"{self.lvalue(o, ctx)} = {r}[{i}]")
+        else:
+            self.emit(call)
+
+    def call_block(self, c: ast.Call, ctx: _Ctx) -> None:
+        """`inst.apply(...)` of a sub-parser or sub-control; scalar out/inout args copy out."""
+        sym: Sym = c.target.sym
+        params = sym.node.params
+        outs = [a for a, p in zip(c.args, params) if p.direction in ("out", "inout") and _scalar(p.type)]
+        args = [self.init_value(p.type) if p.direction == "out" and _scalar(p.type) else self.expr(a, ctx)
+                for a, p in zip(c.args, params)]
+        call = f"{sym.pyname}({', '.join(args)})"
+        if outs and isinstance(sym.node, ast.ControlDecl):
+            r = self.tmp("r")
+            self.emit(f"{r} = {call}")
+            for i, o in enumerate(outs):
+                self.emit(f"{self.lvalue(o, ctx)} = {r}[{i}]")
+        elif outs:
+            raise error_at(c, "sub-parsers with out/inout scalar parameters are not supported by p4sim")
         else:
             self.emit(call)
 
@@ -1083,11 +1108,15 @@ class Program:
     def code(self, trace: bool = False) -> tuple[CompiledCode, Any]:
         """The generated module (and its Python code object), built once per trace setting."""
         if trace not in self._code:
-            cc = compile_program(self.checked, trace)
             try:
+                cc = compile_program(self.checked, trace)
                 obj = compile(cc.source, f"<p4sim:{self.source_file}>", "exec")
-            except SyntaxError as err:       # a compiler bug, not the user's: say where
-                raise P4Error(f"internal error compiling generated code: {err}", self.source_file) from None
+            except P4Error:
+                raise
+            except Exception as err:         # a p4sim bug, not the user's: still no traceback
+                log.debug("internal error compiling %s", self.source_file, exc_info=True)
+                raise P4Error(f"p4sim internal error while compiling ({type(err).__name__}: {err}); "
+                              "please report it with this program", self.source_file) from None
             self._code[trace] = (cc, obj)
         return self._code[trace]
 

@@ -5,6 +5,7 @@ Annotates the AST in place (every Expr gets .type, names get .decl, calls get
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -165,6 +166,8 @@ class Checker:
         self.top_actions: list[Sym] = []
         self.functions: list[Sym] = []
         self.main: ast.Instantiation | None = None
+        self.pristine: dict[str, Any] = {}          # unchecked copies, for sub-instances
+        self.sub_blocks: set[str] = set()
         self._block: BlockInfo | None = None       # parser/control being checked
         self._in_parser = False
         self._in_action = False
@@ -184,6 +187,7 @@ class Checker:
             raise P4Error("no `main` package instantiation (V1Switch(...) main;)",
                           self.program.source_file, 1, 1)
         pipeline = self.pipeline(self.main)
+        self.drop_unused_blocks(set(pipeline.values()) | self.sub_blocks)
         parser = self.blocks[pipeline["parser"]].decl
         if len(parser.params) != 4:
             raise error_at(parser, "the V1Switch parser takes (packet_in, out H, inout M, inout standard_metadata_t)")
@@ -200,6 +204,15 @@ class Checker:
         return CheckedProgram(self.program, self.info, self.structs, self.errors, self.blocks,
                               pipeline, headers_t, meta_t, sm_t, self.top_actions, self.functions,
                               field_lists)
+
+    def drop_unused_blocks(self, used: set[str]) -> None:
+        """Like p4c, a parser or control nobody instantiates contributes nothing to P4Info."""
+        for name in [n for n in self.blocks if n not in used]:
+            del self.blocks[name]
+            for table in (self.info.tables, self.info.actions, self.info.registers,
+                          self.info.counters, self.info.meters):
+                for key in [k for k in table if k.startswith(name + ".")]:
+                    del table[key]
 
     def pipeline(self, main: ast.Instantiation) -> dict[str, str]:
         if not (isinstance(main.type_ref, ast.NamedTypeRef) and main.type_ref.name == "V1Switch"):
@@ -332,10 +345,12 @@ class Checker:
         self.block(d.body, scope)
         self.functions.append(sym)
 
-    def decl_ParserDecl(self, d: ast.ParserDecl) -> None:
+    def decl_ParserDecl(self, d: ast.ParserDecl, sub: bool = False) -> None:
         info = BlockInfo(d, "parser")
         self.blocks[d.name] = info
-        self.top.define(Sym("type", d.name, BlockType(d), d), d.pos)
+        if not sub:
+            self.pristine[d.name] = copy.deepcopy(d)
+            self.top.define(Sym("type", d.name, BlockType(d), d), d.pos)
         scope = self.block_params(d, info)
         self._block, self._in_parser = info, True
         states = {"accept", "reject"}
@@ -362,10 +377,12 @@ class Checker:
                     self.keyset(case.keyset, [e.type for e in tr.select], sc)
         self._block, self._in_parser = None, False
 
-    def decl_ControlDecl(self, d: ast.ControlDecl) -> None:
+    def decl_ControlDecl(self, d: ast.ControlDecl, sub: bool = False) -> None:
         info = BlockInfo(d, "control")
         self.blocks[d.name] = info
-        self.top.define(Sym("type", d.name, BlockType(d), d), d.pos)
+        if not sub:
+            self.pristine[d.name] = copy.deepcopy(d)
+            self.top.define(Sym("type", d.name, BlockType(d), d), d.pos)
         scope = self.block_params(d, info)
         self._block = info
         for local in d.locals:
@@ -413,9 +430,7 @@ class Checker:
         qname = self.qualified(owner, d.name, d.annotations)
         sym = Sym("instance", d.name, t, d, qname=qname, pyname=_py_ident("X_" + qname))
         if isinstance(t, BlockType):
-            if d.args:
-                raise error_at(d, "constructor arguments of parsers and controls are not supported")
-            raise error_at(d, "instantiating a parser or control inside another is not supported by p4sim")
+            return scope.define(self.sub_instance(d, t, sym), d.pos)
         if not isinstance(t, ExternType):
             raise error_at(d, f"cannot instantiate {t}")
         ctors = [m for m in t.decl.methods if m.ret is None]
@@ -432,6 +447,29 @@ class Checker:
         sym.value = values
         self.register_extern(sym, t, values, d)
         return scope.define(sym, d.pos)
+
+    def sub_instance(self, d: ast.Instantiation, t: BlockType, sym: Sym) -> Sym:
+        """A parser or control instantiated inside another: checked again under its instance
+        name, so its tables are `Outer.inst.table` as p4c names them."""
+        if d.args:
+            raise error_at(d, "constructor arguments of parsers and controls are not supported by p4sim")
+        if sym.qname in self.blocks:
+            raise error_at(d, f"`{sym.qname}` is instantiated twice")
+        want = "parser" if self._in_parser else "control"
+        if (want == "parser") != isinstance(t.decl, ast.ParserDecl):
+            raise error_at(d, f"a {want} can only instantiate {want}s")
+        clone = copy.deepcopy(self.pristine[t.decl.name])
+        clone.name = sym.qname
+        saved = (self._block, self._in_parser, self._in_action, getattr(self, "_ret_type", VOID))
+        if isinstance(clone, ast.ParserDecl):
+            self.decl_ParserDecl(clone, sub=True)
+        else:
+            self.decl_ControlDecl(clone, sub=True)
+        self._block, self._in_parser, self._in_action, self._ret_type = saved
+        self.sub_blocks.add(sym.qname)
+        sym.node = clone
+        sym.pyname = ("P_" if isinstance(clone, ast.ParserDecl) else "C_") + _py_ident(sym.qname)
+        return sym
 
     def register_extern(self, sym: Sym, t: ExternType, values: list, d: ast.Instantiation) -> None:
         kind = t.decl.name
@@ -1011,6 +1049,11 @@ class Checker:
                 self.expr(e.args[0], scope, INT)
                 e.count = self.const_int(e.args[0], scope)
                 e.target = Target("stack_method", name, base=f.expr)
+                return VOID
+            if isinstance(base, BlockType) and name == "apply":
+                sym = f.expr.decl
+                e.target = Target("block_apply", name, sym, f.expr)
+                self.call_args(e, sym.node.params, scope)
                 return VOID
             if isinstance(base, TableType):
                 if name != "apply" or e.args:
