@@ -85,6 +85,9 @@ CASES = {
     "width_mismatch": bad_program(
         r"16.*8|8.*16",
         statements="        ⟦bit<8> narrow = hdr.eth.etherType⟧;"),
+    "missing_include": bad_program(
+        r"nope\.p4",
+        declarations='⟦#include "nope.p4"⟧'),
     "unsupported_construct": bad_program(
         r"support|implement",
         declarations="""\
@@ -124,6 +127,19 @@ def test_api_raises_one_located_p4error(bad_file):
     assert_points_into_span(err.line, err.column, case)
     assert re.search(case.message_pattern, err.message, re.IGNORECASE), err.message
     assert str(err) == f"{err.file}:{err.line}:{err.column}: error: {err.message}"
+
+
+def test_error_in_an_included_file_names_that_file(tmp_path: Path):
+    from p4sim import P4Error, compile_file
+
+    (tmp_path / "headers.p4").write_text("header h_t {\n    bit<8> a;\n    mac_t b;\n}\n")
+    main = tmp_path / "main.p4"
+    main.write_text('#include <core.p4>\n#include "headers.p4"\n')
+    with pytest.raises(P4Error) as caught:
+        compile_file(str(main))
+    err = caught.value
+    assert (Path(err.file).resolve(), err.line, err.column) == ((tmp_path / "headers.p4").resolve(), 3, 5)
+    assert "mac_t" in err.message
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
