@@ -155,17 +155,18 @@ def install_forwarding(sw: Switch, topo: Topology, switch: str) -> int:
     return install_multicast_groups(sw, groups) + install_table_entries(sw, entries)
 
 
-def install_job(sw: Switch, job: Job) -> bool:
+def install_job(sw: Switch, job: Job, slots_are_fresh: bool = False) -> bool:
     """Admit a job: its multicast group, its workers' ports and addresses, its slot range.
 
-    A job the switch does not hold yet gets its slots cleared before it is admitted; a
+    A job the switch does not hold yet gets its slots cleared before it is admitted
+    (unless `slots_are_fresh`: the pipeline was just pushed, so every register is 0); a
     job already there is only brought up to date, so running rounds are not disturbed.
     Returns whether the job was newly admitted.
     """
     entries, group = job_entries(job)
     admitted = any(e.match.get("hdr.inc.job_id") == job.job_id and e.action_name == "MyIngress.set_job"
                    for e in read_table_entries(sw, INC_JOB))
-    if not admitted:
+    if not admitted and not slots_are_fresh:
         clear_slots(sw, job)
     install_multicast_groups(sw, [group])
     # Egress and admission first, inc_job last: a packet admitted finds everything it needs.

@@ -42,7 +42,7 @@ def setup_switch(sw: Switch, topo: Topology, pipeline: Pipeline, force: bool = F
     pushed = push_pipeline(sw, pipeline, force)
     updates = install_forwarding(sw, topo, sw.name)
     aggregated, forwarded = jobs_on_switch(topo, sw.name, pool_size(sw))
-    admitted = tuple(job.job_id for job in aggregated if install_job(sw, job))
+    admitted = tuple(job.job_id for job in aggregated if install_job(sw, job, slots_are_fresh=pushed))
     for fwd in forwarded:
         install_job_forward(sw, fwd)
     return SetupResult(sw.name, pushed, updates, admitted, tuple(f.job_id for f in forwarded))

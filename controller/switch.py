@@ -18,12 +18,11 @@ from typing import Iterable, Sequence
 
 import grpc
 from google.protobuf import text_format
-from google.rpc import code_pb2
+from google.rpc import code_pb2, status_pb2
 from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2
 from p4runtime_sh.context import Context
-from p4runtime_sh.p4runtime import (P4RuntimeClient, P4RuntimeErrorFormatException,
-                                    P4RuntimeWriteException)
+from p4runtime_sh.p4runtime import P4RuntimeClient
 
 from .errors import ControllerError, SwitchUnavailable
 from .registers import Registers, register_access
@@ -184,16 +183,18 @@ class Switch:
         if not updates:
             return
         self._require_primary("write")
-        req = p4runtime_pb2.WriteRequest(updates=list(updates))
+        req = p4runtime_pb2.WriteRequest(device_id=self.device_id, updates=list(updates))
+        req.election_id.high, req.election_id.low = self.election_id
         try:
-            self._require_client().write(req)
-        except P4RuntimeWriteException as e:
-            raise ControllerError(f"{self.name} refused the write: {_write_errors(e)}") from None
-        except P4RuntimeErrorFormatException:
-            raise ControllerError(f"{self.name} refused the write (UNKNOWN, with no "
-                                  "per-update details)") from None
+            self._require_client().stub.Write(req)
         except grpc.RpcError as e:
-            raise self._rpc_error("Write", e) from None
+            errors = _update_errors(e, len(updates))
+            if not errors:
+                raise self._rpc_error("Write", e) from None
+            lines = [f"\n  * {code}: {message}" if i is None else
+                     f"\n  * update {i} ({self._describe(updates[i])}): {code}: {message}"
+                     for i, code, message in errors]
+            raise ControllerError(f"{self.name} refused the write:" + "".join(lines)) from None
 
     def read(self, entities: Iterable[p4runtime_pb2.Entity]) -> list[p4runtime_pb2.Entity]:
         """Every entity the switch returns for the given (possibly wildcard) entities."""
@@ -219,6 +220,14 @@ class Switch:
             log.info("%s: %s controller (election id %s)", self.name,
                      "primary" if primary else "backup", self.election_id)
         self.is_primary = primary
+
+    def _describe(self, update: p4runtime_pb2.Update) -> str:
+        """What a refused update was, in the program's names, so the user can find it."""
+        kind = update.entity.WhichOneof("entity")
+        what = kind.replace("_", " ")
+        if kind == "table_entry" and self._context is not None:
+            what = f"entry of {self._context.get_name_from_id(update.entity.table_entry.table_id)}"
+        return f"{p4runtime_pb2.Update.Type.Name(update.type)} {what}"
 
     def _rpc_error(self, rpc: str, e: grpc.RpcError) -> ControllerError:
         if e.code() == grpc.StatusCode.UNAVAILABLE:
@@ -260,7 +269,20 @@ def _context_for(p4info: p4info_pb2.P4Info) -> Context:
     return ctx
 
 
-def _write_errors(e: P4RuntimeWriteException) -> str:
-    return "; ".join(f"update {i}: {code_pb2.Code.Name(err.canonical_code)}: {err.message}"
-                     for i, err in e.errors) or "no details"
-
+def _update_errors(e: grpc.RpcError, n_updates: int) -> list[tuple[int | None, str, str]]:
+    """The per-update errors of a refused Write batch, (index, code, message), from the
+    status details P4Runtime servers attach: one per update (PI/BMv2), or only the failed
+    ones (p4sim; then the index is in the message, not known here). p4runtime-shell
+    0.0.6's own parser (P4RuntimeErrorIterator) never ends on an OK detail."""
+    status = status_pb2.Status()
+    for key, value in e.trailing_metadata() or ():
+        if key == "grpc-status-details-bin":
+            status.ParseFromString(value)
+    one_per_update = len(status.details) == n_updates
+    errors: list[tuple[int | None, str, str]] = []
+    for i, detail in enumerate(status.details):
+        err = p4runtime_pb2.Error()
+        if detail.Unpack(err) and err.canonical_code != code_pb2.OK:
+            errors.append((i if one_per_update else None, code_pb2.Code.Name(err.canonical_code),
+                           err.message))
+    return errors
