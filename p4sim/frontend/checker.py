@@ -960,6 +960,8 @@ class Checker:
             raise error_at(e, f"`{op}` needs bit<W> or int<W> operands, got {t}")
         if op in ("/", "%") and isinstance(t, BitType) and t.signed:
             raise error_at(e, f"`{op}` is not defined on signed int<W>")
+        if op in ("/", "%") and self.const_value(e.right) == 0:
+            raise error_at(e.right, "division by zero")
         if op in ("|+|", "|-|") and isinstance(t, IntType):
             raise error_at(e, f"`{op}` needs operands with a width")
         return t
