@@ -660,6 +660,17 @@ def test_packet_io_learns_unknown_source_and_forwards_known_destination(make_swi
     assert sw.process(3, bytes(Ether(dst="08:00:00:00:09:99", src=H1_MAC) / PAYLOAD)) == []
 
 
+
+def test_packet_io_program_model_names_what_p4runtime_needs(p4program):
+    """The names and widths the P4Runtime tests rely on, as p4c would put them in P4Info."""
+    info = p4program("packet_io").info
+    assert {name: [(f.name, f.bitwidth) for f in h.fields] for name, h in info.controller_headers.items()} == {
+        "packet_in": [("ingress_port", 9), ("_pad", 7)], "packet_out": [("egress_port", 9), ("_pad", 7)]}
+    assert [(f.name, f.bitwidth) for f in info.digests["learn_t"].fields] == [("srcAddr", 48), ("ingress_port", 9)]
+    acl = info.tables["MyIngress.acl"]
+    assert acl.needs_priority and acl.direct_counter == "MyIngress.acl_counter"
+    assert info.counters["MyIngress.acl_counter"].unit == "BOTH"
+
 # --- every program: malformed input never crashes the switch -------------------------------
 
 def malformed_inputs(sample: bytes, rng: random.Random) -> list[bytes]:
