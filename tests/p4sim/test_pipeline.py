@@ -253,3 +253,42 @@ def test_device_config_round_trip_needs_no_cpp(program):
     assert again.info == program.info
     sent = probe(0, 2)
     assert Switch(again).process(1, sent) == Switch(program).process(1, sent)
+
+
+METERS = r"""
+#include <core.p4>
+#include <v1model.p4>
+header h_t { bit<8> key; bit<8> color; bit<8> dcolor; }
+struct headers { h_t h; }
+struct meta_t { }
+parser P(packet_in pkt, out headers hdr, inout meta_t meta, inout standard_metadata_t sm) {
+    state start { pkt.extract(hdr.h); transition accept; }
+}
+control V(inout headers hdr, inout meta_t meta) { apply { } }
+control I(inout headers hdr, inout meta_t meta, inout standard_metadata_t sm) {
+    meter(2, MeterType.packets) m;
+    direct_meter<bit<8>>(MeterType.packets) dm;
+    action colour() { dm.read(hdr.h.dcolor); }
+    table t { key = { hdr.h.key : exact; } actions = { colour; NoAction; } meters = dm; }
+    apply { m.execute_meter((bit<32>)hdr.h.key, hdr.h.color); t.apply(); sm.egress_spec = 1; }
+}
+control E(inout headers hdr, inout meta_t meta, inout standard_metadata_t sm) { apply { } }
+control C(inout headers hdr, inout meta_t meta) { apply { } }
+control D(packet_out pkt, in headers hdr) { apply { pkt.emit(hdr.h); } }
+V1Switch(P(), V(), I(), E(), C(), D()) main;
+"""
+
+
+def test_meters_colour_packets_green_yellow_red_once_configured(tmp_path):
+    from p4sim.state import GREEN, RED, YELLOW, TableEntry
+    src = tmp_path / "meters.p4"
+    src.write_text(METERS)
+    sw = Switch(compile_file(str(src)))
+    entry = TableEntry((("exact", 1),), "I.colour")
+    sw.state.tables["I.t"].insert(entry)
+    # One packet per second committed, two peak: a burst of three is green, yellow, red.
+    sw.state.meters["I.m"].set_config(1, 1, 1, 2, 2)
+    entry.meter.set_config(1, 1, 2, 2)
+    colours = [sw.process(0, bytes([1, 9, 9]))[0][1][1:] for _ in range(3)]
+    assert colours == [bytes([GREEN, GREEN]), bytes([YELLOW, YELLOW]), bytes([RED, RED])]
+    assert sw.process(0, bytes([0, 9, 9]))[0][1][1:] == bytes([GREEN, 9])   # index 0 unconfigured; t misses
