@@ -5,7 +5,6 @@ with the controller, then open the Mininet CLI (`make run`) or run the AllReduce
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import signal
@@ -74,8 +73,6 @@ def main(argv: list[str] | None = None) -> int:
         print("error: Mininet needs root (network namespaces and veths); run as root, e.g. sudo make run",
               file=sys.stderr)
         return 2
-    # SIGTERM unwinds like Ctrl-C, so the fabric is stopped either way.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     try:
         topo = build_topology(args)
         impairment = Impairment(args.loss, args.duplicate) if args.loss or args.duplicate else None
@@ -126,10 +123,13 @@ def demo(fabric: Fabric, args: argparse.Namespace) -> int:
           f"allreduce {slowest:.3f} s in the slowest worker, {wall:.3f} s with process start-up")
     for switch in fabric.topo.switches:
         counters = read_counters(fabric.options.topology_path, switch, args.target)
-        packets = {name: sum(c["packets"] for c in cells) for name, cells in counters.items()}
-        print(f"{switch} counters:", json.dumps(packets, indent=2))
+        packets = {name.rpartition(".")[2]: sum(c["packets"] for c in cells) for name, cells in counters.items()}
+        print(f"{switch} counters (packets, zeros left out):",
+              " ".join(f"{name}={n}" for name, n in packets.items() if n) or "all zero")
     return 0 if ok else 1
 
 
 if __name__ == "__main__":
+    # SIGTERM unwinds like Ctrl-C, so the fabric is stopped either way.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     sys.exit(main())

@@ -102,41 +102,29 @@ class IncStar:
         return len(re.findall(r"bytes from", out)), [int(t) for t in re.findall(r"ttl=(\d+)", out)]
 
 
+@contextmanager
+def inc_fabric(base: Path, n_hosts: int, target: str) -> Iterator[IncStar]:
+    """Compile allreduce.p4 for `target`, start a star on it and let the controller set it up."""
+    program = compile_program(target, DEFAULT_PROGRAM, base / "program")
+    with fabrics(base) as make:
+        fabric = make(n_hosts, target=target)
+        setup_controller(fabric.options.topology_path, base / "program", program, target)
+        yield IncStar(fabric, base / "tensors")
+
+
 @pytest.fixture(scope="module")
 def inc_star(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[IncStar]:
-    """A star of `request.param` hosts (parametrize it indirectly) running allreduce.p4.
+    """A p4sim star of `request.param` hosts (parametrize it indirectly) running allreduce.p4.
 
     Module-scoped: pytest groups a module's tests by N, so each N starts one fabric.
     """
     n = getattr(request, "param", 4)
-    base = tmp_path_factory.mktemp(f"inc_star{n}")
-    program = compile_program("p4sim", DEFAULT_PROGRAM, base / "program")
-    with fabrics(base) as make:
-        fabric = make(n)
-        setup_controller(fabric.options.topology_path, base / "program", program, fabric.options.target)
-        yield IncStar(fabric, base / "tensors")
+    with inc_fabric(tmp_path_factory.mktemp(f"inc_star{n}"), n, "p4sim") as star_net:
+        yield star_net
 
 
 @pytest.fixture
-def dummy_target(monkeypatch: pytest.MonkeyPatch) -> type:
-    """A stand-in switch target: a process that only listens on the gRPC port.
-
-    It lets the fabric's start-up and teardown be tested without p4sim or BMv2.
-    """
-    from topologies import fabric as fabric_module
-    from topologies.switches import P4RuntimeSwitch, TargetArgs
-
-    class DummySwitch(P4RuntimeSwitch):
-        target = "dummy"
-        marker = "p4inc-dummy-target"
-
-        @staticmethod
-        def build_command(args: TargetArgs) -> list[str]:
-            host, _, port = args.grpc_addr.rpartition(":")
-            listen = (f"import socket, time; s = socket.socket(); s.bind(({host!r}, {port})); s.listen();"
-                      " time.sleep(600)")
-            return [sys.executable, "-c", listen, DummySwitch.marker, *args.interface_flags()]
-
-    monkeypatch.setattr(fabric_module, "switch_class", lambda target: DummySwitch)
-    return DummySwitch
-
+def bmv2_star(tmp_path: Path) -> Iterator[IncStar]:
+    """A star of 2 hosts on BMv2's simple_switch_grpc running allreduce.p4 (mark the test bmv2)."""
+    with inc_fabric(tmp_path, 2, "bmv2") as star_net:
+        yield star_net

@@ -1,7 +1,8 @@
 """AllReduce through p4sim running allreduce.p4 in a Mininet star: the sums equal numpy's
 (exactly for int32, within block-floating-point tolerance for float32) for N = 2, 4, 8 and
 lengths around the packet size K, also with random loss and duplication on every host link;
-and ordinary traffic (ping) crosses the same switch.
+and ordinary traffic (ping) crosses the same switch. The last test repeats a little of it
+on BMv2 where that is installed.
 """
 import numpy as np
 import pytest
@@ -99,3 +100,10 @@ def test_hosts_ping_each_other_through_the_switch(inc_star):
                 received, ttls = inc_star.ping(src, dst)
                 # Switched, not routed: the TTL arrives as the sender set it.
                 assert (received, ttls) == (2, [64, 64]), f"{src} -> {dst}"
+
+
+@pytest.mark.bmv2
+def test_bmv2_sums_and_forwards_like_p4sim(bmv2_star):
+    tensors = int32_tensors(bmv2_star.n, K + 1, seed=7)
+    assert_int32_sums(bmv2_star.allreduce(tensors), tensors)
+    assert bmv2_star.ping("h1", "h2") == (2, [64, 64])

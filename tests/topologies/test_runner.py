@@ -1,0 +1,39 @@
+"""The runner's and the compiler step's errors: one clear line, never a traceback. No root needed."""
+from pathlib import Path
+
+import pytest
+
+from topologies import pieces, run
+from topologies.pieces import PieceError, compile_program
+
+
+def test_runner_without_root_says_it_needs_root(monkeypatch, capsys):
+    monkeypatch.setattr(run.os, "geteuid", lambda: 1000)
+    assert run.main(["--hosts", "4", "--cli"]) == 2
+    assert "error: Mininet needs root" in capsys.readouterr().err
+
+
+def test_runner_rejects_a_star_it_cannot_build(monkeypatch, capsys):
+    monkeypatch.setattr(run.os, "geteuid", lambda: 0)
+    assert run.main(["--hosts", "9", "--cli"]) == 1
+    assert capsys.readouterr().err == "error: a star has 2 to 8 hosts, not 9\n"
+
+
+def test_p4sim_compile_writes_p4info_and_device_config(tmp_path):
+    source = Path(__file__).parents[1] / "p4programs" / "ipv4_router.p4"
+    assert compile_program("p4sim", source, tmp_path) == "ipv4_router"
+    assert 'name: "MyIngress.ipv4_lpm"' in (tmp_path / "ipv4_router.p4info.txt").read_text()
+    assert (tmp_path / "ipv4_router.json").read_bytes().startswith(b"{")
+
+
+def test_bad_program_error_carries_the_compilers_location(tmp_path):
+    source = tmp_path / "bad.p4"
+    source.write_text("#include <core.p4>\ncontrol C() { apply { x = 1; } }\n")
+    with pytest.raises(PieceError, match=r"compiling .*bad.p4 failed \(exit \d+\):.*bad.p4:2:"):
+        compile_program("p4sim", source, tmp_path / "out")
+
+
+def test_bmv2_without_p4c_is_a_clear_error(monkeypatch, tmp_path):
+    monkeypatch.setattr(pieces.shutil, "which", lambda name: None)
+    with pytest.raises(PieceError, match="p4c is not installed.*TARGET=p4sim"):
+        compile_program("bmv2", tmp_path / "x.p4", tmp_path)
