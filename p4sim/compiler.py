@@ -111,10 +111,11 @@ class _Compiler:
         self.emit(f"NEW_META = {cls_name(cp.meta_type)}")
         self.emit(f"NEW_SM = {cls_name(cp.sm_type)}")
         info = cp.info
+        # O_ objects are the program's extern instances, TS_ its tables.
         bindings = {f"TS_{_py(n)}": ("table", n) for n in info.tables}
-        bindings.update({_py(f"X_{n}"): ("register", n) for n in info.registers})
-        bindings.update({_py(f"X_{n}"): ("counter", n) for n, c in info.counters.items() if c.direct_table is None})
-        bindings.update({_py(f"X_{n}"): ("meter", n) for n, m in info.meters.items() if m.direct_table is None})
+        bindings.update({_py(f"O_{n}"): ("register", n) for n in info.registers})
+        bindings.update({_py(f"O_{n}"): ("counter", n) for n, c in info.counters.items() if c.direct_table is None})
+        bindings.update({_py(f"O_{n}"): ("meter", n) for n, m in info.meters.items() if m.direct_table is None})
         return CompiledCode("\n".join(self.lines) + "\n", bindings,
                             {i: [attr(n) for n in names] for i, names in cp.field_lists.items()},
                             [attr(n) for n in cp.sm_type.fields])

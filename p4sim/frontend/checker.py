@@ -395,7 +395,7 @@ class Checker:
         scope = Scope(self.top)
         for p in d.params:
             p.type = self.resolve_type(p.type_ref, self.top)
-            p.decl_sym = scope.define(Sym("param", p.name, p.type, p, pyname=_py_ident(p.name),
+            p.decl_sym = scope.define(Sym("param", p.name, p.type, p, pyname="b_" + _py_ident(p.name),
                                           direction=p.direction), p.pos)
         return scope
 
@@ -428,7 +428,7 @@ class Checker:
     def instance(self, d: ast.Instantiation, scope: Scope, owner: str) -> Sym:
         t = self.resolve_type(d.type_ref, scope)
         qname = self.qualified(owner, d.name, d.annotations)
-        sym = Sym("instance", d.name, t, d, qname=qname, pyname=_py_ident("X_" + qname))
+        sym = Sym("instance", d.name, t, d, qname=qname, pyname=_py_ident("O_" + qname))
         if isinstance(t, BlockType):
             return scope.define(self.sub_instance(d, t, sym), d.pos)
         if not isinstance(t, ExternType):

@@ -199,3 +199,29 @@ def test_sub_parser_and_sub_controls_run_per_instance_with_p4c_names(tmp_path):
     assert sw.process(0, bytes([10, 3, 0])) == [(1, bytes([16, 16, 11]))]
     assert sw.state.registers["I.first.seen"].values[0] == 11
     assert sw.state.registers["I.second.seen"].values[0] == 16
+
+
+def test_p4_names_that_are_python_keywords_or_generated_locals_still_work(tmp_path):
+    text = r"""
+#include <core.p4>
+#include <v1model.p4>
+header h_t { bit<8> from; bit<8> _v; bit<8> class; }
+struct headers { h_t h; }
+struct meta_t { bit<8> lambda; }
+parser P(packet_in d, out headers e, inout meta_t L, inout standard_metadata_t st) {
+    state start { d.extract(e.h); transition accept; }
+}
+control V(inout headers a, inout meta_t args) { apply { } }
+control I(inout headers e, inout meta_t a, inout standard_metadata_t hit) {
+    action set(bit<8> args) { e.h.class = args; a.lambda = e.h.from; }
+    table t { key = { e.h.from : exact; } actions = { set; } default_action = set(7); }
+    apply { t.apply(); e.h._v = a.lambda + 1; hit.egress_spec = 2; }
+}
+control E(inout headers a, inout meta_t e, inout standard_metadata_t L) { apply { } }
+control C(inout headers a, inout meta_t e) { apply { } }
+control D(packet_out a, in headers e) { apply { a.emit(e.h); } }
+V1Switch(P(), V(), I(), E(), C(), D()) main;
+"""
+    src = tmp_path / "names.p4"
+    src.write_text(text)
+    assert Switch(compile_file(str(src))).process(0, bytes([5, 0, 0])) == [(2, bytes([5, 6, 7]))]
