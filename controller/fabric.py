@@ -53,27 +53,33 @@ def watch(switches: list[Switch], topo: Topology, pipeline: Pipeline, stop: thre
     """Keep each switch set up until `stop` is set; a switch whose stream ended is
     reconnected and reconciled (a restarted switch gets the pipeline and all state back)."""
     up: dict[str, bool] = {sw.name: False for sw in switches}
+    waiting: set[str] = set()
     while not stop.is_set():
         for sw in switches:
             if sw.poll():
                 continue
             if up[sw.name]:
                 log.warning("%s: lost the P4Runtime stream (switch stopped or restarted)", sw.name)
-                sw.close()
                 up[sw.name] = False
+            sw.close()
             try:
                 sw.connect(timeout=connect_timeout_s)
             except SwitchUnavailable as e:
-                log.debug("%s", e)
+                if sw.name not in waiting:
+                    log.info("%s; retrying every %g s", e, poll_s)
+                    waiting.add(sw.name)
                 continue
+            waiting.discard(sw.name)
             up[sw.name] = True
             if not sw.is_primary:
                 log.warning("%s: another controller is primary; watching only", sw.name)
                 continue
             try:
                 result = setup_switch(sw, topo, pipeline)
-            except SwitchUnavailable as e:
-                log.warning("%s", e)
+            except ControllerError as e:
+                # A switch that went away mid-way is retried when its stream ends; a
+                # refused request is not, as repeating it would not help.
+                log.error("%s: reconcile failed: %s", sw.name, e)
                 continue
             log.info("%s: reconciled (pipeline %s, %d forwarding updates, jobs admitted %s)",
                      sw.name, "pushed" if result.pipeline_pushed else "kept",
