@@ -80,8 +80,10 @@ def build_p4info(info: ProgramInfo) -> P4Info:
         msg.spec.unit = unit
     for h in info.controller_headers.values():
         msg = p4info.controller_packet_metadata.add()
-        _preamble(msg.preamble, ids.get(Prefix.CONTROLLER_HEADER, h.name), h.name, aliases,
-                  (f'@controller_header("{h.name}")',))
+        # p4c hashes the header type's name, but names the object (and its alias) after
+        # the annotation.
+        _preamble(msg.preamble, ids.get(Prefix.CONTROLLER_HEADER, h.type_name), h.name, aliases,
+                  (f'@controller_header("{h.name}")',), alias=h.name)
         _params(msg.metadata, h.fields)
     for r in info.registers.values():
         msg = p4info.registers.add(size=r.size)
@@ -150,7 +152,7 @@ def _assign_ids(info: ProgramInfo) -> _Ids:
     for r in info.registers.values():
         symbols[(Prefix.REGISTER, r.name)] = r.annotations
     for h in info.controller_headers.values():
-        symbols[(Prefix.CONTROLLER_HEADER, h.name)] = ()
+        symbols[(Prefix.CONTROLLER_HEADER, h.type_name)] = ()
     for d in info.digests.values():
         symbols[(Prefix.DIGEST, d.name)] = ()
 
@@ -217,10 +219,10 @@ class _Aliases:
 
 
 def _preamble(preamble: p4info_pb2.Preamble, id_: int, name: str, aliases: _Aliases,
-              annotations: tuple[str, ...]) -> None:
+              annotations: tuple[str, ...], alias: str | None = None) -> None:
     preamble.id = id_
     preamble.name = name
-    preamble.alias = aliases.of(name)
+    preamble.alias = alias or aliases.of(name)
     preamble.annotations.extend(_copied_annotations(annotations))
     docs = [a for a in annotations if annotation_name(a) in ("brief", "description")]
     for a in docs:

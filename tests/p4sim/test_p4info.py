@@ -81,6 +81,15 @@ def test_ids_match_p4c_output_for_basic_p4(p4info):
     assert actions["MyIngress.ipv4_forward"].preamble.id == 28792405
 
 
+def test_controller_header_id_hashes_the_header_type_as_p4c_does():
+    # p4c (since 2021) gives packet_in_header_t's packet_in the id 81826293.
+    info = ir.ProgramInfo("x.p4")
+    info.controller_headers = {"packet_in": ir.ControllerHeader("packet_in", "packet_in_header_t",
+                                                                (ir.Param("ingress_port", 9),))}
+    (cpm,) = build_p4info(info).controller_packet_metadata
+    assert (cpm.preamble.id, cpm.preamble.name, cpm.preamble.alias) == (81826293, "packet_in", "packet_in")
+
+
 def test_id_annotation_gets_type_prefix_and_is_not_copied(p4info):
     pinned = by_name(p4info.actions)["MyIngress.pinned"]
     assert pinned.preamble.id == 0x01000077
@@ -94,7 +103,7 @@ def test_every_resource_type_uses_its_p4ids_prefix(p4info):
     assert by_name(p4info.meters)["MyIngress.rate"].preamble.id == hashed(P.METER, "MyIngress.rate")
     assert by_name(p4info.direct_meters)["MyIngress.acl_meter"].preamble.id == hashed(P.DIRECT_METER, "MyIngress.acl_meter")
     assert by_name(p4info.registers)["MyIngress.sums"].preamble.id == hashed(P.REGISTER, "MyIngress.sums")
-    assert by_name(p4info.controller_packet_metadata)["packet_in"].preamble.id == hashed(P.CONTROLLER_HEADER, "packet_in")
+    assert by_name(p4info.controller_packet_metadata)["packet_in"].preamble.id == hashed(P.CONTROLLER_HEADER, "packet_in_t")
     assert by_name(p4info.digests)["learn_t"].preamble.id == hashed(P.DIGEST, "learn_t")
 
 
