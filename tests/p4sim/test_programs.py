@@ -60,6 +60,22 @@ class MRIOption(Packet):
                    PacketListField("records", [], SwitchRecord, count_from=lambda pkt: pkt.count)]
 
 
+class Probe(Packet):
+    name = "Probe"
+    fields_desc = [ByteField("hop_cnt", 0)]
+
+
+class ProbeData(Packet):
+    name = "ProbeData"
+    fields_desc = [BitField("bos", 0, 1), BitField("swid", 0, 7), ByteField("port", 0),
+                   IntField("byte_cnt", 0), BitField("last_time", 0, 48), BitField("cur_time", 0, 48)]
+
+
+class ProbeFwd(Packet):
+    name = "ProbeFwd"
+    fields_desc = [ByteField("egress_spec", 0)]
+
+
 # --- Oracles and helpers -------------------------------------------------------------------
 
 def crc16(data: bytes) -> int:
@@ -201,6 +217,14 @@ def setup_multicast(sw) -> None:
     add(sw, "MyIngress.mac_lookup", [("exact", mac(BROADCAST))], "MyIngress.flood", 2)
 
 
+LINK_MONITOR_SWITCH_ID = 5
+
+
+def setup_link_monitor(sw) -> None:
+    add(sw, "MyIngress.ipv4_lpm", [("lpm", ip("10.0.2.0"), 24)], "MyIngress.ipv4_forward", mac(H2_MAC), 2)
+    sw.state.tables["MyEgress.swid"].set_default("MyEgress.set_swid", (LINK_MONITOR_SWITCH_ID,))
+
+
 CPU_PORT = 255
 LLDP = 0x88CC
 
@@ -232,10 +256,13 @@ SAMPLES = {
     "firewall": (1, tcp_packet(INSIDE, OUTSIDE, 5000, 80, "S")),
     "multicast": (1, Ether(dst="08:00:00:00:09:99", src=H1_MAC) / PAYLOAD),
     "packet_io": (1, Ether(dst=H2_MAC, src=H3_MAC, type=LLDP) / PAYLOAD),
+    "link_monitor": (1, Ether(dst=BROADCAST, src=H1_MAC, type=0x0812) / Probe(hop_cnt=0) /
+                     ProbeFwd(egress_spec=2) / ProbeFwd(egress_spec=3)),
 }
 SETUPS = {"ipv4_router": setup_ipv4_router, "calc": setup_calc, "tunnel": setup_tunnel, "ecn": setup_ecn,
           "source_routing": setup_source_routing, "mri": setup_mri, "ecmp": setup_ecmp,
-          "firewall": setup_firewall, "multicast": setup_multicast, "packet_io": setup_packet_io}
+          "firewall": setup_firewall, "multicast": setup_multicast, "packet_io": setup_packet_io,
+          "link_monitor": setup_link_monitor}
 
 
 # --- ipv4_router.p4 ------------------------------------------------------------------------
@@ -671,6 +698,51 @@ def test_packet_io_program_model_names_what_p4runtime_needs(p4program):
     assert acl.needs_priority and acl.direct_counter == "MyIngress.acl_counter"
     assert info.counters["MyIngress.acl_counter"].unit == "BOTH"
 
+
+# --- link_monitor.p4 -----------------------------------------------------------------------
+
+NEWEST_RECORD = slice(15, 33)     # after Ethernet (14 bytes) and the probe header (1); 18 bytes
+
+
+def probe(hop_cnt: int, records: list[ProbeData], ports: list[int]) -> Packet:
+    pkt = Ether(dst=BROADCAST, src=H1_MAC, type=0x0812) / Probe(hop_cnt=hop_cnt)
+    for layer in records + [ProbeFwd(egress_spec=p) for p in ports]:
+        pkt = pkt / layer
+    return pkt
+
+
+def test_link_monitor_probe_reports_bytes_since_last_probe_and_both_timestamps(make_switch):
+    sw = make_switch("link_monitor")
+    setup_link_monitor(sw)
+    traffic = udp_packet("10.0.1.1", "10.0.2.2")
+    for _ in range(2):
+        assert sw.process(1, bytes(traffic)) == [(2, routed(traffic, H2_MAC))]
+    first = probe(0, [], [2, 3])
+    ((port, out),) = sw.process(1, bytes(first))
+    # p4sim's clock is not ours to predict: take cur_time from the output, check the rest.
+    cur_time = ProbeData(out[NEWEST_RECORD]).cur_time
+    record = ProbeData(bos=1, swid=LINK_MONITOR_SWITCH_ID, port=2,
+                       byte_cnt=2 * len(traffic) + len(first), last_time=0, cur_time=cur_time)
+    assert (port, out) == (2, bytes(probe(1, [record], [2, 3])))
+    # The first probe closed the interval: the next one counts only itself.
+    ((_, out),) = sw.process(1, bytes(first))
+    second = ProbeData(out[NEWEST_RECORD])
+    assert (second.byte_cnt, second.last_time) == (len(first), cur_time)
+    assert second.cur_time >= cur_time
+
+
+def test_link_monitor_probe_follows_its_hop_and_stacks_records_newest_first(make_switch):
+    sw = make_switch("link_monitor")
+    setup_link_monitor(sw)
+    earlier = ProbeData(bos=1, swid=9, port=4, byte_cnt=100, last_time=1, cur_time=2)
+    sent = probe(1, [earlier], [4, 3, 2])
+    ((port, out),) = sw.process(1, bytes(sent))
+    mine = ProbeData(out[NEWEST_RECORD])
+    assert port == 3
+    assert (mine.bos, mine.swid, mine.port, mine.byte_cnt, mine.last_time) == (
+        0, LINK_MONITOR_SWITCH_ID, 3, len(sent), 0)
+    assert out == bytes(probe(2, [mine, earlier], [4, 3, 2]))
+
 # --- every program: malformed input never crashes the switch -------------------------------
 
 def malformed_inputs(sample: bytes, rng: random.Random) -> list[bytes]:
@@ -709,7 +781,8 @@ def test_program_from_device_config_forwards_like_the_compiled_one(make_switch, 
     kwargs = {"cpu_port": CPU_PORT} if name == "packet_io" else {}
     compiled = make_switch(name, **kwargs)
     reloaded = Switch(Program.from_device_config(p4program(name).device_config()), **kwargs)
-    port, sample = SAMPLES[name]
+    # A probe records the switch's clock, which differs between two switches.
+    port, sample = (1, udp_packet("10.0.1.1", "10.0.2.2")) if name == "link_monitor" else SAMPLES[name]
     outputs = []
     for sw in (compiled, reloaded):
         SETUPS[name](sw)
