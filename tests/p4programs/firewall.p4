@@ -145,7 +145,8 @@ control MyIngress(inout headers hdr,
         direction = dir;
     }
 
-    // Only (ingress, egress) port pairs listed here cross the firewall.
+    // The (ingress, egress) port pairs that cross the firewall, and in which
+    // direction; traffic between other ports is not filtered.
     table check_ports {
         key = {
             standard_metadata.ingress_port : exact;

@@ -568,10 +568,13 @@ def test_ecmp_keeps_a_flow_on_one_path(make_switch):
     assert all(sw.process(1, bytes(sent)) == first for _ in range(5))
 
 
-def test_ecmp_drops_unrouted_and_ports_without_a_mac(make_switch):
+def test_ecmp_drops_unrouted_expired_and_ports_without_a_mac(make_switch):
     sw = make_switch("ecmp")
     setup_ecmp(sw)
     assert sw.process(1, bytes(tcp_packet("10.0.1.1", "10.0.0.2", 1, 2, "S"))) == []
+    expired = tcp_packet("10.0.1.1", "10.0.0.1", 1, 2, "S")
+    expired[IP].ttl = 0
+    assert sw.process(1, bytes(expired)) == []
     sw.state.tables["MyEgress.send_frame"].delete((("exact", 3),))
     for sent in ecmp_flows():
         port, data = ecmp_expected(sent)
@@ -618,11 +621,14 @@ def test_firewall_outbound_without_syn_opens_nothing(make_switch):
     assert sw.process(2, bytes(tcp_packet(OUTSIDE, INSIDE, 80, 6000, "A", eth_src=H2_MAC))) == []
 
 
-def test_firewall_filters_only_tcp(make_switch):
+def test_firewall_filters_only_tcp_between_the_listed_ports(make_switch):
     sw = make_switch("firewall")
     setup_firewall(sw)
     sent = udp_packet(OUTSIDE, INSIDE, eth_src=H2_MAC)
     assert sw.process(2, bytes(sent)) == [(1, routed(sent, H1_MAC))]
+    # From port 3 to port 1 is not a listed crossing: no bloom filter check.
+    other = tcp_packet(OUTSIDE, INSIDE, 80, 7000, "S", eth_src=H3_MAC)
+    assert sw.process(3, bytes(other)) == [(1, routed(other, H1_MAC))]
 
 
 # --- multicast.p4 --------------------------------------------------------------------------
