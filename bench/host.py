@@ -1,0 +1,141 @@
+"""How fast one INC worker sends and receives, against an aggregator that answers at once.
+
+Two set-ups: an in-process echo (the agent's own cost per packet: chunking, packing,
+windowing, unpacking) and a UDP echo process on loopback (plus the kernel's socket path).
+A one-worker job's result is its contribution, so the echo only flips the opcode. If the
+worker's packet rate is well above the switch's (`python -m bench.p4sim`), the switch is
+the bottleneck of the AllReduce benchmark, not the host.
+"""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import logging
+import multiprocessing
+import pstats
+import socket
+import sys
+import time
+from collections import deque
+from pathlib import Path
+
+import numpy as np
+
+from hosts.agent import JobConfig, Worker
+from hosts.inc import INC_K, OP_RESULT
+from hosts.transport import UdpTransport
+
+from .environment import describe_environment
+
+log = logging.getLogger("bench.host")
+ROOT = Path(__file__).resolve().parent.parent
+OPCODE_RESULT_BYTE = (1 << 4) | OP_RESULT        # version 1, opcode RESULT
+
+
+def as_result(payload: bytes) -> bytes:
+    return bytes([OPCODE_RESULT_BYTE]) + payload[1:]
+
+
+class EchoTransport:
+    """Answers every contribution with its own result, in process."""
+
+    def __init__(self) -> None:
+        self._queue: deque[bytes] = deque()
+
+    def send(self, payload: bytes) -> None:
+        self._queue.append(as_result(payload))
+
+    def recv(self, timeout: float) -> bytes | None:
+        return self._queue.popleft() if self._queue else None
+
+    def close(self) -> None:
+        self._queue.clear()
+
+
+def _udp_echo(port: int, ready: multiprocessing.synchronize.Event) -> None:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("127.0.0.1", port))
+    ready.set()
+    while True:
+        data, peer = sock.recvfrom(2048)
+        if not data:
+            return
+        sock.sendto(as_result(data), peer)
+
+
+def measure(worker: Worker, elements: int, calls: int, profile: bool) -> dict:
+    tensor = np.arange(elements, dtype=np.int32)
+    worker.allreduce(tensor)                        # warm up
+    profiler = cProfile.Profile() if profile else None
+    start = time.perf_counter()
+    if profiler:
+        profiler.enable()
+    for _ in range(calls):
+        result = worker.allreduce(tensor)
+    if profiler:
+        profiler.disable()
+    elapsed = time.perf_counter() - start
+    if not np.array_equal(result, tensor):
+        raise RuntimeError("the echo returned a different tensor")
+    packets = calls * -(-elements // INC_K)
+    out = {"packets": packets, "seconds": elapsed, "packets_per_s": packets / elapsed,
+           "tensor_MB_per_s": calls * elements * 4 / elapsed / 1e6}
+    if profiler:
+        text = io.StringIO()
+        pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(10)
+        out["profile_top"] = text.getvalue().splitlines()
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.host",
+        description="Packets per second one INC worker sends and receives against an aggregator "
+                    "that answers at once (in process, and over loopback UDP), and where its time goes.")
+    ap.add_argument("--elements", type=int, default=1 << 18, help="int32 elements per AllReduce")
+    ap.add_argument("--calls", type=int, default=3, help="AllReduce calls per set-up")
+    ap.add_argument("--window", type=int, default=16, help="slots in flight")
+    ap.add_argument("--port", type=int, default=48999, help="loopback UDP port of the echo")
+    ap.add_argument("--profile", action="store_true", help="record the hottest functions too")
+    ap.add_argument("-o", "--out", type=Path, default=ROOT / "results/host.json", help="JSON output")
+    args = ap.parse_args(argv)
+    if args.elements < 1 or args.calls < 1:
+        ap.error("--elements and --calls must be at least 1")
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    config = JobConfig(job_id=1, worker_id=0, num_workers=1, window=args.window, timeout=0.2)
+    results = {"in_process": measure(Worker(config, EchoTransport()), args.elements, args.calls, args.profile)}
+
+    ready = multiprocessing.Event()
+    echo = multiprocessing.Process(target=_udp_echo, args=(args.port, ready), daemon=True)
+    echo.start()
+    try:
+        if not ready.wait(10):
+            log.error("the UDP echo did not start")
+            return 1
+        transport = UdpTransport(aggregator=("127.0.0.1", args.port), bind=("127.0.0.1", 0))
+        worker = Worker(config, transport)
+        try:
+            results["udp_loopback"] = measure(worker, args.elements, args.calls, args.profile)
+        finally:
+            worker.close()
+    except OSError as err:
+        log.error("loopback UDP: %s", err)
+        return 1
+    finally:
+        echo.terminate()
+        echo.join()
+    for name, res in results.items():
+        log.info("%-12s %8.0f packets/s each way (%.1f MB/s of tensor)", name, res["packets_per_s"],
+                 res["tensor_MB_per_s"])
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"environment": describe_environment("none"),
+                                    "config": vars(args) | {"out": str(args.out)},
+                                    "results": results}, indent=2))
+    log.info("wrote %s", args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

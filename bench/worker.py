@@ -1,0 +1,80 @@
+"""One host's side of the AllReduce benchmark: runs in a Mininet host, keeps an INC worker
+and a ring worker open, and runs the trials the coordinator writes on stdin (JSON lines),
+answering each with its start and end times and whether the sum was right.
+
+Times are CLOCK_MONOTONIC, which every network namespace of the machine shares, so the
+coordinator can take the earliest start and the latest end across hosts.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+
+import numpy as np
+
+from hosts.agent import IncError, JobConfig, Worker
+from hosts.inc import RING_PORT
+from hosts.ring import RingConfig, RingWorker
+from hosts.transport import UdpPeerTransport, UdpTransport
+from hosts.worker import expected_sum, generated_tensor
+
+log = logging.getLogger("bench.worker")
+
+
+def run_trial(trial: dict, rank: int, workers: int, inc: Worker, ring: RingWorker) -> dict:
+    """Barrier, then one timed AllReduce; the check against numpy is outside the timing."""
+    size = max(1, trial["bytes"] // 4)
+    tensor = generated_tensor(trial["seed"], rank, size, trial["dtype"])
+    agent = inc if trial["algorithm"] == "inc" else ring
+    try:
+        # A one-element INC AllReduce releases all hosts within one multicast of each other.
+        inc.allreduce(np.zeros(1, np.int32))
+        start = time.perf_counter()
+        result = agent.allreduce(tensor)
+        end = time.perf_counter()
+    except IncError as err:
+        return {"ok": False, "error": f"{type(err).__name__}: {err}"}
+    want = expected_sum(trial["seed"], workers, size, trial["dtype"])
+    if trial["dtype"] == "int32":
+        ok = bool(np.array_equal(result, want))
+    else:
+        ok = bool(np.allclose(result, want, rtol=1e-4, atol=1e-4 * float(np.max(np.abs(want)))))
+    return {"ok": ok, "start": start, "end": end, "error": None if ok else "sum differs from numpy"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.worker",
+        description="Benchmark worker for one Mininet host (started by `python -m bench`): reads "
+                    "trials as JSON lines on stdin, writes one JSON result line per trial.")
+    ap.add_argument("--job-id", type=int, required=True)
+    ap.add_argument("--rank", type=int, required=True, help="worker id in the job, 0-based")
+    ap.add_argument("--peers", required=True,
+                    help="comma-separated IPs of all workers in rank order (the ring's neighbours)")
+    ap.add_argument("--window", type=int, default=16, help="slots / unacknowledged chunks in flight")
+    ap.add_argument("--timeout", type=float, default=0.05, help="seconds before a chunk is resent")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    peers = args.peers.split(",")
+    n = len(peers)
+    try:
+        inc = Worker(JobConfig(args.job_id, args.rank, n, window=args.window, timeout=args.timeout),
+                     UdpTransport())
+        ring = RingWorker(RingConfig(args.job_id, args.rank, n, window=args.window, timeout=args.timeout),
+                          UdpPeerTransport([(ip, RING_PORT) for ip in peers]))
+    except (ValueError, OSError) as err:
+        ap.error(str(err))
+    for line in sys.stdin:
+        reply = run_trial(json.loads(line), args.rank, n, inc, ring)
+        sys.stdout.write(json.dumps(reply) + "\n")
+        sys.stdout.flush()
+    ring.close()
+    inc.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
