@@ -43,8 +43,14 @@ def build_p4info(info: ProgramInfo) -> P4Info:
             r = msg.action_refs.add(id=ids.get(Prefix.ACTION, ref.name),
                                     scope=p4info_pb2.ActionRef.Scope.Value(ref.scope))
             r.annotations.extend(_action_ref_annotations(ref))
+        default_id = ids.get(Prefix.ACTION, t.default_action)
         if t.const_default_action:
-            msg.const_default_action_id = ids.get(Prefix.ACTION, t.default_action)
+            msg.const_default_action_id = default_id
+        msg.initial_default_action.action_id = default_id
+        params = info.actions[t.default_action].params
+        for number, (p, value) in enumerate(zip(params, t.default_args), start=1):
+            msg.initial_default_action.arguments.add(
+                param_id=number, value=value.to_bytes((p.bitwidth + 7) // 8, "big"))
         if t.direct_counter:
             msg.direct_resource_ids.append(ids.get(Prefix.DIRECT_COUNTER, t.direct_counter))
         if t.direct_meter:

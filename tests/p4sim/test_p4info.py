@@ -153,8 +153,19 @@ def test_lpm_table_with_timeout_and_direct_counter(p4info):
     t = by_name(p4info.tables)["MyIngress.ipv4_lpm"]
     assert t.idle_timeout_behavior == p4info_pb2.Table.NOTIFY_CONTROL
     assert t.const_default_action_id == 0 and not t.is_const_table
+    assert t.initial_default_action.action_id == 25652968 and not t.initial_default_action.arguments
     assert list(t.direct_resource_ids) == [by_name(p4info.direct_counters)["MyIngress.lpm_hits"].preamble.id]
     assert list(t.action_refs[2].annotations) == ["@defaultonly"]
+
+
+def test_initial_default_action_carries_its_arguments():
+    info = ir.ProgramInfo("x.p4")
+    info.actions = {"c.fwd": ir.ActionInfo("c.fwd", (ir.Param("port", 9),))}
+    info.tables = {"c.t": ir.TableInfo("c.t", (ir.MatchField("k", 8, "exact"),), (ir.ActionRef("c.fwd"),),
+                                       default_action="c.fwd", default_args=(3,))}
+    (t,) = build_p4info(info).tables
+    assert t.initial_default_action.action_id == hashed(p4info_pb2.P4Ids.ACTION, "c.fwd")
+    assert [(a.param_id, a.value) for a in t.initial_default_action.arguments] == [(1, b"\x00\x03")]
 
 
 def test_action_params_numbered_from_one_with_widths(p4info):
