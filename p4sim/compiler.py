@@ -707,12 +707,13 @@ class _Compiler:
     def out_target(self, e: ast.Expr, ctx: _Ctx) -> tuple[str, Type]:
         return self.lvalue(e, ctx), e.type
 
-    def store(self, e: ast.Expr, value: str, ctx: _Ctx) -> None:
-        """Assign a computed int to an out argument of an extern, cut to its width."""
+    def store(self, e: ast.Expr, value: str, ctx: _Ctx, fits: int | None = None) -> None:
+        """Assign a computed int to an out argument of an extern, cut to its width
+        (no cut when the value is known to be an unsigned `fits`-bit number that fits)."""
         if isinstance(e, ast.DontCare):
             return
         t = e.type
-        if isinstance(t, BitType):
+        if isinstance(t, BitType) and not (fits is not None and not t.signed and fits <= t.width):
             value = f"({value}) & {_mask(t.width)}"
             if t.signed:
                 h = 1 << (t.width - 1)
@@ -756,13 +757,16 @@ class _Compiler:
                 if name == "read":
                     i = self.tmp("i")
                     self.emit(f"{i} = {self.expr(a[1], ctx)}")
-                    self.store(a[0], f"{inst}.values[{i}] if {i} < {info.size} else 0", ctx)
+                    self.store(a[0], f"{inst}.values[{i}] if {i} < {info.size} else 0", ctx, info.bitwidth)
                     if self.trace:
                         self.emit(f"LOG('register {t.sym.qname}.read(%d)', {i})")
                 else:
                     i = self.tmp("i")
                     self.emit(f"{i} = {self.expr(a[0], ctx)}")
-                    self.emit(f"if {i} < {info.size}: {inst}.values[{i}] = ({self.expr(a[1], ctx)}) & {_mask(info.bitwidth)}")
+                    v, vt = self.expr(a[1], ctx), a[1].type
+                    if not (isinstance(vt, BitType) and not vt.signed and vt.width <= info.bitwidth):
+                        v = f"({v}) & {_mask(info.bitwidth)}"
+                    self.emit(f"if {i} < {info.size}: {inst}.values[{i}] = {v}")
                     if self.trace:
                         self.emit(f"LOG('register {t.sym.qname}.write(%d, %d)', {i}, {inst}.values[{i}] if {i} < {info.size} else 0)")
                 return
