@@ -982,6 +982,7 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
             return
         now = time.monotonic_ns()
         expired = []
+        notified: dict[int, tuple[TableEntry, int]] = {}    # rebuilt: deleted entries drop out
         with self.switch.lock:
             for t in pipe.tables.values():
                 if t.idle_timeout_behavior != p4info_pb2.Table.NOTIFY_CONTROL:
@@ -989,11 +990,12 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
                 for entry in self.switch.state.tables[t.preamble.name].entries():
                     if not entry.idle_timeout_ns or now - entry.last_hit_ns < entry.idle_timeout_ns:
                         continue
+                    notified[id(entry)] = (entry, entry.last_hit_ns)
                     seen = self._notified.get(id(entry))
                     if seen is not None and seen[0] is entry and seen[1] == entry.last_hit_ns:
                         continue   # already reported; again only after the entry is hit
-                    self._notified[id(entry)] = (entry, entry.last_hit_ns)
                     expired.append((t, entry))
+            self._notified = notified
             if not expired:
                 return
             msg = p4runtime_pb2.StreamMessageResponse()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import queue
 import threading
+import time
 
 import grpc
 import pytest
@@ -651,6 +652,25 @@ def test_expired_entry_of_timeout_table_is_notified(client):
     (got,) = note.table_entry
     assert got.table_id == IDS["c.route"] and got.idle_timeout_ns == 1
     assert got.match[0].lpm.prefix_len == 8
+
+
+def test_expired_entry_is_notified_again_only_after_a_hit(running):
+    service, switch, _, connect, _ = running
+    c = connect()
+    c.push()
+    first = table_entry("c.route", (1, "lpm", b"\x0a\x00\x00\x00", 8), action="c.drop", idle_timeout_ns=1)
+    c.write(update(Update.INSERT, table_entry=first))
+    assert [e.match[0].lpm.value for e in c.next("idle_timeout_notification").idle_timeout_notification
+            .table_entry] == [b"\x0a\x00\x00\x00"]
+    second = table_entry("c.route", (1, "lpm", b"\x0b\x00\x00\x00", 8), action="c.drop", idle_timeout_ns=1)
+    c.write(update(Update.INSERT, table_entry=second))
+    assert [e.match[0].lpm.value for e in c.next("idle_timeout_notification").idle_timeout_notification
+            .table_entry] == [b"\x0b\x00\x00\x00"]
+    with switch.lock:      # a hit, as the pipeline records it
+        (hit,) = [e for e in switch.state.tables["c.route"].entries() if e.match[0][1] == 0x0A000000]
+        hit.last_hit_ns = time.monotonic_ns()
+    assert [e.match[0].lpm.value for e in c.next("idle_timeout_notification").idle_timeout_notification
+            .table_entry] == [b"\x0a\x00\x00\x00"]
 
 
 def test_idle_timeout_on_table_without_support_is_refused(client):
