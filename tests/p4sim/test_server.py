@@ -339,6 +339,18 @@ def test_exact_insert_read_modify_delete(client):
     assert entries(client, "c.fwd") == []
 
 
+def test_short_and_zero_padded_byte_strings_name_the_same_entry(client):
+    # P4Runtime 1.4: canonical (no leading zeros) and padded forms are both accepted.
+    client.write(update(Update.INSERT, table_entry=table_entry("c.fwd", (1, "exact", b"\x0a\x01"),
+                                                               action="c.drop")))
+    padded_beyond_width = b"\x00" * 4 + MAC
+    errors = rejected(client, update(Update.INSERT, table_entry=table_entry(
+        "c.fwd", (1, "exact", padded_beyond_width), action="c.drop")))
+    assert errors[0][1] == code_pb2.ALREADY_EXISTS
+    client.write(update(Update.DELETE, table_entry=table_entry("c.fwd", (1, "exact", MAC))))
+    assert entries(client, "c.fwd") == []
+
+
 def test_wildcard_read_returns_entries_of_every_table(client):
     client.write(update(Update.INSERT, table_entry=table_entry("c.fwd", (1, "exact", MAC), action="c.drop")),
                  update(Update.INSERT, table_entry=table_entry("c.route", (1, "lpm", b"\x0a\x00\x00\x00", 8),
