@@ -17,9 +17,8 @@ from .errors import P4Error
 
 log = logging.getLogger(__name__)
 from .frontend import ast
-from .frontend.checker import (CheckedProgram, Sym, Target, V1SWITCH_BLOCKS, _wrap, const_value,
-                               error_at)
-from .frontend.types import (ActionRunType, AnyType, ApplyResultType, BitType, BoolType, EnumType,
+from .frontend.checker import CheckedProgram, Sym, Target, V1SWITCH_BLOCKS, const_value, error_at
+from .frontend.types import (ActionRunType, ApplyResultType, BitType, BoolType, EnumType,
                              ErrorType, ExternType, IntType, StackType, StructType, TupleType, Type,
                              is_header)
 
@@ -225,12 +224,6 @@ class _Compiler:
             self.emit(f"h.{a} = {v}")
 
     # ---- blocks -------------------------------------------------------------------
-    def params_sig(self, params: list[ast.Param]) -> list[str]:
-        return [self.sym_of(p).pyname for p in params]
-
-    def sym_of(self, p: ast.Param) -> Sym:
-        return p._sym
-
     def frame_class(self, info) -> str | None:
         if not info.frame_vars:
             return None
@@ -294,8 +287,6 @@ class _Compiler:
     def state_ref(self, parser: str, name: str) -> str:
         if name == "accept":
             return "None"
-        if name == "reject":
-            return "REJECT"
         return f"PS_{_py(parser)}_{name}"
 
     def transition(self, tr: ast.Transition, parser: str, ctx: _Ctx) -> None:
@@ -488,10 +479,7 @@ class _Compiler:
 
     def switch(self, s: ast.Switch, ctx: _Ctx) -> None:
         v = self.tmp("sw")
-        if isinstance(s.expr.type, ActionRunType):
-            self.emit(f"{v} = {self.expr(s.expr, ctx)}")
-        else:
-            self.emit(f"{v} = {self.expr(s.expr, ctx)}")
+        self.emit(f"{v} = {self.expr(s.expr, ctx)}")
         pending: list[str] = []
         first = True
         for case in s.cases:
@@ -704,9 +692,6 @@ class _Compiler:
         acc, n = self.data_bits(e, ctx)
         return f"to_bytes({acc}, {n})"
 
-    def out_target(self, e: ast.Expr, ctx: _Ctx) -> tuple[str, Type]:
-        return self.lvalue(e, ctx), e.type
-
     def store(self, e: ast.Expr, value: str, ctx: _Ctx, fits: int | None = None) -> None:
         """Assign a computed int to an out argument of an extern, cut to its width
         (no cut when the value is known to be an unsigned `fits`-bit number that fits)."""
@@ -719,14 +704,12 @@ class _Compiler:
                 h = 1 << (t.width - 1)
                 value = f"((({value}) ^ {h}) - {h})"
         if isinstance(e, ast.Slice):
-            holder = ast.IntLit(0)
             tmp = self.tmp("v")
             self.emit(f"{tmp} = {value}")
             ref = ast.NameRef(tmp)
             ref.type = e.type
             ref.decl = Sym("var", tmp, e.type, pyname=tmp)
             self.assign(e, ref, ctx)
-            del holder
             return
         self.emit(f"{self.lvalue(e, ctx)} = {value}")
 

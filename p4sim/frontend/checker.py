@@ -149,10 +149,6 @@ def _annos(annos: list[ast.Annotation]) -> tuple[str, ...]:
     return tuple(annotation_text(a) for a in annos if a.name not in ("name",))
 
 
-def _is_header_field_owner(t: Type) -> bool:
-    return isinstance(t, StructType)
-
-
 class Checker:
     """Walks declarations in order, as P4 requires declaration before use."""
 
@@ -917,8 +913,8 @@ class Checker:
         self.expr(e.cond, scope, BOOL)
         if not isinstance(e.cond.type, BoolType):
             raise error_at(e.cond, f"a ?: condition must be bool, got {e.cond.type}")
-        a = self.expr(e.then, scope, expected)
-        b = self.expr(e.else_, scope, expected)
+        self.expr(e.then, scope, expected)
+        self.expr(e.else_, scope, expected)
         return self.unify(e.then, e.else_, e, "?:")
 
     def e_Binary(self, e: ast.Binary, scope: Scope, expected) -> Type:
@@ -1090,9 +1086,9 @@ class Checker:
                 a.type = pt
                 continue
             self.expr(a, scope, None if isinstance(pt, AnyType) else pt)
-            if isinstance(pt, BitType) and isinstance(a.type, BitType) and getattr(e.target, "kind", "") in ("extern_func", "method"):
-                pass        # extern bit<W> parameters accept any width, converted as BMv2 does
-            else:
+            # Extern bit<W> parameters accept any width, converted as BMv2 does.
+            lenient = isinstance(pt, BitType) and isinstance(a.type, BitType) and e.target.kind in ("extern_func", "method")
+            if not lenient:
                 self.assignable(pt, a, a)
             if p.direction in ("out", "inout"):
                 self.lvalue(a, scope)
@@ -1107,8 +1103,6 @@ class Checker:
         m = matching[0]
         e.target = target
         e.method = m
-        if target.kind == "extern_func" and target.name in ("mark_to_drop",) and not e.args:
-            pass
         self.call_args(e, m.params, scope)
         for ta in e.type_args:
             self.resolve_type(ta, scope)
