@@ -3,10 +3,13 @@ PacketOut, PacketIn and digests through the compiled program, checked against Sc
 """
 from __future__ import annotations
 
+import json
 import queue
 from pathlib import Path
 
+import grpc
 import pytest
+from p4.v1 import p4runtime_pb2
 from scapy.layers.l2 import Ether
 
 from p4sim import Program, Switch, compile_file
@@ -91,3 +94,18 @@ def test_unknown_source_mac_is_reported_as_digest(shell):
     msg = sh.client.get_stream_packet("digest", timeout=5)
     (data,) = msg.digest.data
     assert [m.bitstring for m in data.struct.members] == [b"\x01", b"\x02"]
+
+
+def test_device_config_with_bad_p4_is_invalid_argument_with_its_location(shell):
+    sh, switch, _, _ = shell
+    tables_before = set(switch.state.tables)
+    req = p4runtime_pb2.SetForwardingPipelineConfigRequest(
+        device_id=1, action=p4runtime_pb2.SetForwardingPipelineConfigRequest.VERIFY_AND_COMMIT)
+    req.election_id.low = 1
+    req.config.p4_device_config = json.dumps(
+        {"format": "p4sim/1", "source_file": "broken.p4", "source": "control c( {\n"}).encode()
+    with pytest.raises(grpc.RpcError) as info:
+        sh.client.stub.SetForwardingPipelineConfig(req)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert info.value.details().startswith("broken.p4:1:")
+    assert set(switch.state.tables) == tables_before
