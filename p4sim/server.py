@@ -1015,7 +1015,10 @@ def serve(service: P4RuntimeService, address: str = "127.0.0.1:9559", workers: i
 
     Returns the server and the port it listens on; raises OSError if it cannot bind.
     """
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="p4rt"))
+    limit = 64 << 20     # device configs and big batches above gRPC's 4 MB default
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="p4rt"),
+                         options=[("grpc.max_receive_message_length", limit),
+                                  ("grpc.max_send_message_length", limit)])
     p4runtime_pb2_grpc.add_P4RuntimeServicer_to_server(service, server)
     try:
         port = server.add_insecure_port(address)
