@@ -755,11 +755,15 @@ class _Compiler:
                 return
             if ext == "counter":
                 self.emit(f"{inst}.count({self.expr(a[0], ctx)}, PK.length)")
+                if self.trace:
+                    self.emit(f"LOG('counter {t.sym.qname}.count(%d)', {self.expr(a[0], ctx)})")
                 return
             if ext == "direct_counter":
                 return                                  # counted on every hit of its table
             if ext == "meter":
                 self.store(a[1], f"{inst}.execute({self.expr(a[0], ctx)}, PK.length)", ctx)
+                if self.trace:
+                    self.emit(f"LOG('meter {t.sym.qname}.execute_meter(%d) -> %d', {self.expr(a[0], ctx)}, {self.expr(a[1], ctx)})")
                 return
             if ext == "direct_meter":
                 unit = self.cp.info.meters[t.sym.qname].unit

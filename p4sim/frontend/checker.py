@@ -167,6 +167,7 @@ class Checker:
         self._block: BlockInfo | None = None       # parser/control being checked
         self._in_parser = False
         self._in_action = False
+        self._ret_type: Type = VOID                 # of the function being checked
         self._uid = 0
         for name in ("exact", "ternary", "lpm"):
             self.top.define(Sym("match_kind", name, MatchKindType()), ast.NOWHERE)
@@ -456,7 +457,7 @@ class Checker:
             raise error_at(d, f"a {want} can only instantiate {want}s")
         clone = copy.deepcopy(self.pristine[t.decl.name])
         clone.name = sym.qname
-        saved = (self._block, self._in_parser, self._in_action, getattr(self, "_ret_type", VOID))
+        saved = (self._block, self._in_parser, self._in_action, self._ret_type)
         if isinstance(clone, ast.ParserDecl):
             self.decl_ParserDecl(clone, sub=True)
         else:
@@ -508,7 +509,7 @@ class Checker:
         sym.value = ir.ActionInfo(qname, tuple(params), _annos(d.annotations))
         scope.define(sym, d.pos)
         old_action, self._in_action = self._in_action, True
-        old_ret, self._ret_type = getattr(self, "_ret_type", VOID), VOID
+        old_ret, self._ret_type = self._ret_type, VOID
         self.block(d.body, inner)
         self._in_action, self._ret_type = old_action, old_ret
         return sym

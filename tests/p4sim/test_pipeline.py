@@ -292,3 +292,20 @@ def test_meters_colour_packets_green_yellow_red_once_configured(tmp_path):
     colours = [sw.process(0, bytes([1, 9, 9]))[0][1][1:] for _ in range(3)]
     assert colours == [bytes([GREEN, GREEN]), bytes([YELLOW, YELLOW]), bytes([RED, RED])]
     assert sw.process(0, bytes([0, 9, 9]))[0][1][1:] == bytes([GREEN, 9])   # index 0 unconfigured; t misses
+
+
+@pytest.mark.parametrize("name", ["ipv4_router", "calc", "tunnel", "mri", "source_routing", "ecmp",
+                                  "firewall", "multicast", "packet_io", "ecn", "link_monitor"])
+def test_tracing_does_not_change_what_a_program_does(make_switch, name, caplog):
+    import random
+    from scapy.all import IP, TCP, UDP
+    rng = random.Random(name)
+    frames = [raw(Ether() / IP(dst="10.0.0.1", ihl=5) / UDP() / (b"x" * 10)),
+              raw(Ether() / IP(dst="10.0.1.1", options=b"\x44\x04\x05\x00") / TCP(flags="S")),
+              raw(Ether(type=0x1234) / (b"\x00" * 40))]
+    frames += [bytes(rng.getrandbits(8) for _ in range(rng.randrange(60))) for _ in range(20)]
+    plain, traced = make_switch(name), make_switch(name, trace=True)
+    with caplog.at_level(logging.INFO, logger="p4sim.trace"):
+        for port, frame in enumerate(frames):
+            assert traced.process(port % 4, frame) == plain.process(port % 4, frame)
+    assert plain.stats == traced.stats and plain.stats["errors"] == 0
