@@ -383,7 +383,8 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
                                config.cookie.cookie)
 
     def _commit(self, pipe: Pipeline) -> None:
-        with self._lock, self.switch.lock:
+        # Always switch.lock before self._lock: packets (digests) take them in that order.
+        with self.switch.lock, self._lock:
             self.switch.load(pipe.program)
             self.pipeline = pipe
             self._digest_config.clear()
