@@ -1,24 +1,25 @@
-"""A leaf-spine set up by the controller, end to end without Mininet: three in-process
-p4sim switches, each behind its own P4Runtime server on loopback, cabled in Python by the
-topology's links. Contributions from both leaves are summed at the spine and every
-worker gets the sum (numpy is the oracle); routed IPv4 crosses leaf, spine and leaf."""
+"""Fabrics set up by the controller, end to end without Mininet: in-process p4sim switches,
+each behind its own P4Runtime server on loopback, cabled in Python by the topology's links.
+A leaf-spine sums both leaves' workers at the spine and routes IPv4 across; two jobs on
+one star stay apart. numpy and Scapy-built packets are the oracles."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 import pytest
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
+from controller.control import read_counters
 from controller.fabric import setup_switch
 from controller.switch import Pipeline, Switch
 from hosts.inc import AGG_IP, INC_PORT, OP_RESULT, Inc
 from p4sim import Program
 from p4sim import Switch as P4simSwitch
 from p4sim.server import P4RuntimeService, serve
-from topologies.spec import SwitchSpec, Topology, leaf_spine
+from topologies.spec import JobSpec, SwitchSpec, Topology, leaf_spine, star
 
 GATEWAY_MAC = "08:00:00:00:01:00"   # leaf 1's, as topologies.spec.leaf_spine sets on its hosts
 MAX_HOPS = 16
@@ -51,11 +52,12 @@ class Fabric:
 
 
 @pytest.fixture
-def fabric(pipeline: Pipeline) -> Iterator[Fabric]:
-    """leaf_spine(2 leaves, 1 spine, 2 hosts per leaf), each switch served on a free port."""
-    base = leaf_spine(2, 1, 2)
-    switches, servers, specs = {}, [], {}
-    try:
+def make_fabric(pipeline: Pipeline) -> Iterator[Callable[[Topology], Fabric]]:
+    """Serve each switch of a topology on a free port and let the controller set it up."""
+    servers = []
+
+    def make(base: Topology) -> Fabric:
+        switches, specs = {}, {}
         for name, spec in base.switches.items():
             switches[name] = P4simSwitch(None)
             server, port = serve(P4RuntimeService(switches[name], Program.from_device_config,
@@ -66,17 +68,26 @@ def fabric(pipeline: Pipeline) -> Iterator[Fabric]:
         for name, spec in specs.items():
             with Switch(name, spec.grpc_addr, spec.device_id) as sw:
                 setup_switch(sw, topo, pipeline)
-        yield Fabric(topo, switches)
+        return Fabric(topo, switches)
+
+    try:
+        yield make
     finally:
         for server in servers:
             server.stop(0).wait()
 
 
-def contribution(topo: Topology, host: str, worker: int, elements: np.ndarray) -> bytes:
+@pytest.fixture
+def fabric(make_fabric: Callable[[Topology], Fabric]) -> Fabric:
+    """leaf_spine(2 leaves, 1 spine, 2 hosts per leaf)."""
+    return make_fabric(leaf_spine(2, 1, 2))
+
+
+def contribution(topo: Topology, host: str, worker: int, elements: np.ndarray, job_id: int = 1) -> bytes:
     h = topo.hosts[host]
     return bytes(Ether(src=h.mac, dst=GATEWAY_MAC) / IP(src=h.address, dst=AGG_IP) /
                  UDP(sport=INC_PORT, dport=INC_PORT) /
-                 Inc(job_id=1, worker_id=worker, slot=0, seq=0, elements=elements.tolist()))
+                 Inc(job_id=job_id, worker_id=worker, slot=0, seq=0, elements=elements.tolist()))
 
 
 def test_contributions_from_both_leaves_are_summed_at_the_spine_and_sent_to_every_worker(fabric):
@@ -108,3 +119,23 @@ def test_routed_ipv4_crosses_leaf_spine_leaf_to_the_right_host(fabric):
     expected = IP(bytes(sent[IP]))
     expected.ttl, expected.chksum = 62, None
     assert bytes(got[IP]) == bytes(IP(bytes(expected)))   # checksum recomputed, rest unchanged
+
+
+def test_two_jobs_on_disjoint_hosts_sum_apart_and_a_forged_job_id_is_dropped(make_fabric):
+    base = star(4)
+    fab = make_fabric(Topology(base.hosts, base.switches, base.links,
+                               [JobSpec(1, ("h1", "h2")), JobSpec(2, ("h3", "h4"))]))
+    inputs = {h: np.full(32, i + 1, dtype=np.int32) for i, h in enumerate(("h1", "h2", "h3", "h4"))}
+    # Both jobs use their slot 0 at once; their slot ranges keep the sums apart.
+    assert fab.send("h1", contribution(fab.topo, "h1", 0, inputs["h1"], job_id=1)) == []
+    assert fab.send("h3", contribution(fab.topo, "h3", 0, inputs["h3"], job_id=2)) == []
+    # h4 (job 2) claims to be job 1's worker 1: wrong port for that worker, dropped.
+    assert fab.send("h4", contribution(fab.topo, "h4", 1, inputs["h4"], job_id=1)) == []
+    job1 = fab.send("h2", contribution(fab.topo, "h2", 1, inputs["h2"], job_id=1))
+    job2 = fab.send("h4", contribution(fab.topo, "h4", 1, inputs["h4"], job_id=2))
+    assert sorted(h for h, _ in job1) == ["h1", "h2"] and sorted(h for h, _ in job2) == ["h3", "h4"]
+    assert all(Ether(d)[Inc].elements == (inputs["h1"] + inputs["h2"]).tolist() for _, d in job1)
+    assert all(Ether(d)[Inc].elements == (inputs["h3"] + inputs["h4"]).tolist() for _, d in job2)
+    with Switch("s1", fab.topo.switches["s1"].grpc_addr) as sw:
+        (packets, _), = read_counters(sw)["MyIngress.spoofed_worker_drops"]
+        assert packets == 1
