@@ -155,6 +155,9 @@ def run_switch(args: argparse.Namespace, program: Program | None, interfaces: di
             service.handle_outputs(switch.process(port_number, data))
 
         dataplane.run(on_packet, stop)
+    except P4Error as err:      # the traced variant is compiled when the switch loads it
+        print(err, file=sys.stderr)
+        return 1
     except OSError as err:
         print(f"p4sim: {err}", file=sys.stderr)
         return 1
