@@ -269,7 +269,8 @@ class Switch:
             if self.trace:
                 trace_log.info("dropped in ingress (egress_spec 511)")
             return
-        self._egress(hdr, meta, sm, payload, sm.egress_spec, 0, itype, jobs, out, 0)
+        # As in BMv2, a unicast packet is NORMAL in egress even after resubmit/recirculate.
+        self._egress(hdr, meta, sm, payload, sm.egress_spec, 0, NORMAL, jobs, out, 0)
 
     def _i2e_clone(self, data: bytes, port: int, clone: tuple, meta: Any, out: list) -> None:
         """An ingress clone: the packet as received, parsed again, with preserved metadata."""

@@ -35,6 +35,7 @@ const bit<8> CMD_RECIRC = 5;     // once, from egress
 const bit<8> CMD_DROP = 6;
 const bit<8> CMD_TRUNCATE = 7;   // to arg bytes
 const bit<8> CMD_DIGEST = 8;
+const bit<8> CMD_RECIRC_FOREVER = 9;
 header ethernet_t { bit<48> dst; bit<48> src; bit<16> type; }
 header probe_t {
     bit<8> cmd; bit<8> arg; bit<16> rid; bit<8> itype; bit<8> passes; bit<16> port;
@@ -64,6 +65,7 @@ control I(inout headers hdr, inout meta_t meta, inout standard_metadata_t sm) {
         last_cmd.write(0, hdr.probe.cmd);
         hdr.probe.passes = hdr.probe.passes + 1;
         hdr.probe.kept = meta.kept;
+        hdr.probe.perr = (bit<8>)sm.instance_type;   // as ingress sees it
         sm.egress_spec = 1;
         if (hdr.probe.cmd == CMD_FORWARD) {
             sm.egress_spec = (bit<9>)hdr.probe.arg;
@@ -92,7 +94,9 @@ control E(inout headers hdr, inout meta_t meta, inout standard_metadata_t sm) {
         if (hdr.probe.cmd == CMD_CLONE_E2E && sm.instance_type == 0) {
             meta.kept = 9;
             clone_preserving_field_list(CloneType.E2E, (bit<32>)hdr.probe.arg, 1);
-        } else if (hdr.probe.cmd == CMD_RECIRC && sm.instance_type == 0) {
+        } else if (hdr.probe.cmd == CMD_RECIRC && hdr.probe.passes == 1) {
+            recirculate_preserving_field_list(1);
+        } else if (hdr.probe.cmd == CMD_RECIRC_FOREVER) {
             recirculate_preserving_field_list(1);
         } else if (hdr.probe.cmd == CMD_TRUNCATE) {
             truncate((bit<32>)hdr.probe.arg);
@@ -173,15 +177,22 @@ def test_clone_to_unknown_session_only_forwards(program):
 def test_resubmit_runs_ingress_again_with_preserved_field_list(program):
     sw = Switch(program)
     sent = probe(4)
-    # The resubmitted packet is the original one: passes counts 1 again, kept comes from meta.
-    assert sw.process(3, sent) == [(1, seen_as(sent, itype=RESUBMIT, passes=1, port=1, kept=7))]
+    # The resubmitted packet is the original one: passes counts 1 again, kept comes from meta;
+    # ingress sees it as RESUBMIT, egress (unicast) as NORMAL, as in BMv2.
+    assert sw.process(3, sent) == [(1, seen_as(sent, perr=RESUBMIT, itype=NORMAL, passes=1, port=1, kept=7))]
 
 
 def test_recirculate_reparses_the_deparsed_packet(program):
     sw = Switch(program)
     sent = probe(5)
-    first_pass = seen_as(sent, itype=NORMAL, passes=1, port=1)
-    assert sw.process(3, sent) == [(1, seen_as(first_pass, itype=RECIRC, passes=2, port=1))]
+    first_pass = seen_as(sent, perr=NORMAL, itype=NORMAL, passes=1, port=1)
+    assert sw.process(3, sent) == [(1, seen_as(first_pass, perr=RECIRC, itype=NORMAL, passes=2, port=1))]
+
+
+def test_endless_recirculation_is_cut_off_and_dropped(program):
+    sw = Switch(program)
+    assert sw.process(3, probe(9)) == []
+    assert sw.stats["dropped"] == 1 and sw.stats["errors"] == 0
 
 
 def test_mark_to_drop_drops_and_counts(program):
