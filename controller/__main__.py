@@ -1,5 +1,5 @@
 """`python -m controller`: set up, inspect and watch the switches of a p4inc topology
-over P4Runtime (p4sim or BMv2). Errors are one line on stderr and exit status 1.
+over P4Runtime (p4sim or BMv2). Errors go to stderr, exit status 1, never a traceback.
 """
 from __future__ import annotations
 

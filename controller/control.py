@@ -1,8 +1,6 @@
 """Program-independent intents on one switch: push the pipeline, bring table entries,
-multicast groups and clone sessions to a wanted state, read them and the counters.
-
-Every installer reconciles: it reads what the switch has and adds or changes only what
-differs, so running it again (a restarted controller) leaves running state alone.
+multicast groups and clone sessions to a wanted state (reading first, writing only what
+differs, so a restarted controller leaves running state alone), read them and counters.
 """
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
 """One P4Runtime session with one switch: connection, arbitration, pipeline, Write and Read.
-
-p4runtime-shell's entity classes (`shell.TableEntry`, ...) use the module globals
-`shell.client` and `shell.context`, so they can address one switch per process. We use
-the layer under them instead: each `Switch` owns its own `P4RuntimeClient` (gRPC channel,
-StreamChannel thread, arbitration) and its own `Context` (P4Info names to ids), so one
-controller process can drive every switch of a topology, and nothing is global.
+Each Switch owns a p4runtime-shell P4RuntimeClient and Context rather than the shell's
+module globals, so one process drives many switches (README.md says why).
 """
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ from controller.control import (install_table_entries, push_pipeline, read_count
 from controller.entries import TableEntry, normalized
 from controller.errors import ControllerError
 from controller.fabric import setup_switch
-from controller.switch import Pipeline, Switch
+from controller.switch import Switch
 from topologies.spec import JobSpec, Topology
 
 REPO = Path(__file__).resolve().parents[2]
