@@ -110,11 +110,15 @@ class Pipeline:
                                        f"P4Info {kind} {name!r} is not in the device config's program")
                 by_id[msg.preamble.id] = msg
                 pipe.ids[f"{kind}:{name}"] = msg.preamble.id
+        action_names = {a.preamble.id: a.preamble.name for a in p4info.actions}
         for t in p4info.tables:
-            fields = info.tables[t.preamble.name].match_fields
-            if [(m.name, m.bitwidth) for m in t.match_fields] != [(f.name, f.bitwidth) for f in fields]:
+            table = info.tables[t.preamble.name]
+            if [(m.name, m.bitwidth) for m in t.match_fields] != [(f.name, f.bitwidth) for f in table.match_fields]:
                 raise RequestError(Code.INVALID_ARGUMENT,
                                    f"P4Info match fields of table {t.preamble.name!r} differ from the program's")
+            if not {action_names.get(r.id) for r in t.action_refs} <= {r.name for r in table.actions}:
+                raise RequestError(Code.INVALID_ARGUMENT,
+                                   f"P4Info actions of table {t.preamble.name!r} differ from the program's")
         for a in p4info.actions:
             params = info.actions[a.preamble.name].params
             if [p.bitwidth for p in a.params] != [p.bitwidth for p in params]:

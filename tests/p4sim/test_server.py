@@ -269,16 +269,30 @@ def test_bad_device_config_is_invalid_argument_with_p4error_location(running):
     assert running[0].pipeline is None
 
 
-def test_p4info_naming_unknown_table_is_refused(running):
+def unknown_table(p4info) -> None:
+    p4info.tables[0].preamble.name = "c.nope"
+
+
+def extra_action_in_table(p4info) -> None:
+    p4info.tables[0].action_refs.add(id=IDS["c.set_mac"])
+
+
+def narrower_match_field(p4info) -> None:
+    p4info.tables[0].match_fields[0].bitwidth = 47
+
+
+@pytest.mark.parametrize("mismatch", [unknown_table, extra_action_in_table, narrower_match_field])
+def test_p4info_that_does_not_match_the_program_is_refused(running, mismatch):
     c = running[3]()
     req = Pipe(device_id=0, action=Pipe.VERIFY_AND_COMMIT)
     req.election_id.low = 1
     req.config.p4info.CopyFrom(P4INFO)
-    req.config.p4info.tables[0].preamble.name = "c.nope"
+    mismatch(req.config.p4info)
     req.config.p4_device_config = b"prog"
     with pytest.raises(grpc.RpcError) as info:
         c.stub.SetForwardingPipelineConfig(req)
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert running[0].pipeline is None
 
 
 def test_verify_changes_nothing_and_save_then_commit_installs(running):
