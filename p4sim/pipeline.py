@@ -294,7 +294,7 @@ class Switch:
 
     def _egress(self, hdr: Any, meta: Any, sm: Any, payload: bytes, eport: int, rid: int, itype: int,
                 jobs: list, out: list, depth: int, trunc: int = 0) -> None:
-        _, _, _, egress, compute, deparser, _, new_meta, _ = self._entry
+        _, _, _, egress, compute, deparser, _, new_meta, new_sm = self._entry
         pk = self._pk
         sm.egress_port, sm.egress_rid, sm.instance_type = eport, rid, itype
         sm.egress_spec = 0              # as BMv2: egress sees 511 here only if it drops
@@ -316,10 +316,12 @@ class Switch:
             session = self.state.clone_sessions.get(clone[1])
             keep = self._preserved(meta, clone[2])
             for cport, crid in (session.replicas if session else []):
-                cmeta = new_meta()
+                # BMv2 copies the headers and resets all metadata, standard_metadata included.
+                cmeta, csm = new_meta(), new_sm()
+                csm.packet_length = sm.packet_length
                 for name, value in (keep or {}).items():
                     setattr(cmeta, name, value)
-                self._egress(hdr._copy(), cmeta, sm._copy(), payload, cport, crid, EGRESS_CLONE,
+                self._egress(hdr._copy(), cmeta, csm, payload, cport, crid, EGRESS_CLONE,
                              jobs, out, depth + 1, session.packet_length_bytes)
         if sm.egress_spec == DROP_PORT:
             self.stats["dropped"] += 1
