@@ -325,6 +325,18 @@ def test_wrong_device_id_is_not_found(client):
     assert info.value.code() == grpc.StatusCode.NOT_FOUND
 
 
+def test_write_for_another_device_or_a_role_is_refused(client):
+    req = p4runtime_pb2.WriteRequest(device_id=9)
+    req.election_id.low = 1
+    with pytest.raises(grpc.RpcError) as info:
+        client.stub.Write(req)
+    assert info.value.code() == grpc.StatusCode.NOT_FOUND
+    req.device_id, req.role = 0, "other"
+    with pytest.raises(grpc.RpcError) as info:
+        client.stub.Write(req)
+    assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED
+
+
 def test_reconcile_keeps_table_entries_and_groups(client):
     client.write(update(Update.INSERT, table_entry=table_entry("c.fwd", (1, "exact", MAC),
                                                                action="c.set_port", params=[b"\x03"])),
