@@ -216,3 +216,33 @@ def _wait_for_job(addr: str) -> list[TableEntry]:
             pass
         time.sleep(0.2)
     pytest.fail(f"no job installed on {addr} within {WAIT_S:g} s")
+
+
+def test_removed_job_is_readmitted_by_setup_with_its_slots_cleared(server, pipeline, topo, tmp_path, build_dir):
+    assert controller(tmp_path, build_dir, "setup").returncode == 0
+    with Switch("s1", server.addr) as sw:
+        sw.registers.write("MyIngress.slot_seq", {0: 41, POOL: 42})   # rounds of the old job
+    removed = controller(tmp_path, build_dir, "remove-job", "1")
+    assert removed.returncode == 0, removed.stderr
+    with Switch("s1", server.addr) as sw:
+        assert read_table_entries(sw, "MyIngress.inc_job") == []
+        assert read_table_entries(sw, "MyIngress.inc_worker") == []
+        assert set(read_multicast_groups(sw)) == {1}   # only the flood group is left
+        assert sw.registers.read("MyIngress.slot_seq")[0] == 41   # removing does not clear
+    assert controller(tmp_path, build_dir, "setup").returncode == 0
+    with Switch("s1", server.addr) as sw:
+        assert len(read_table_entries(sw, "MyIngress.inc_job")) == 1
+        seq = sw.registers.read("MyIngress.slot_seq")
+        assert (seq[0], seq[POOL]) == (0, 0)
+
+
+def test_clear_slots_command_zeroes_a_running_jobs_slots(server, pipeline, topo, tmp_path, build_dir):
+    assert controller(tmp_path, build_dir, "setup").returncode == 0
+    with Switch("s1", server.addr) as sw:
+        sw.registers.write("MyIngress.slot_count", {7: 3})
+    done = controller(tmp_path, build_dir, "clear-slots", "1")
+    assert done.returncode == 0, done.stderr
+    shown = controller(tmp_path, build_dir, "registers", "slot_count", "--index", "7")
+    assert json.loads(shown.stdout) == {"7": 0}
+    missing = controller(tmp_path, build_dir, "clear-slots", "5")
+    assert missing.returncode == 1 and "no job 5" in missing.stderr
