@@ -141,7 +141,13 @@ def expr_text(e: Any) -> str:
     if isinstance(e, ast.Unary):
         return f"{e.op}{expr_text(e.expr)}"
     if isinstance(e, ast.Cast):
-        return f"({e.type_ref}){expr_text(e.expr)}"
+        return f"({expr_text(e.type_ref)}){expr_text(e.expr)}"
+    if isinstance(e, ast.SimpleTypeRef):
+        return e.kind
+    if isinstance(e, ast.BitTypeRef):
+        return f"{'int' if e.signed else 'bit'}<{expr_text(e.width)}>" if e.width is not None else "bit"
+    if isinstance(e, ast.NamedTypeRef):
+        return e.name
     return type(e).__name__
 
 

@@ -160,3 +160,10 @@ def test_externs_and_controller_headers_reach_program_info(tmp_path):
 def test_header_that_is_not_whole_bytes_is_rejected(tmp_path):
     err = error_of(tmp_path, ingress("").replace("bit<16> type;", "bit<15> type;"))
     assert "whole number of bytes" in err.message and err.line == 3
+
+
+def test_annotations_keep_their_text_for_p4info(tmp_path):
+    decls = '    @brief("next hop") @p4runtime_translation("sdn_port", string) @id(0x01000007)\n' \
+            '    table t { key = { hdr.eth.dst : exact; } actions = { NoAction; } }'
+    t = compile_text(tmp_path, ingress("        t.apply();", decls)).info.tables["I.t"]
+    assert t.annotations == ('@brief("next hop")', '@p4runtime_translation("sdn_port", string)', "@id(16777223)")
