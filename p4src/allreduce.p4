@@ -32,6 +32,10 @@ const bit<8> FLAG_RESENT   = 0x02;  // a stored result sent again to one worker
 const bit<32> POOL_SIZE   = 512;               // slots per version, shared by all jobs
 const bit<32> SLOT_COUNT  = 2 * POOL_SIZE;     // register entries: version * POOL_SIZE + slot
 const bit<32> VALUE_COUNT = SLOT_COUNT * INC_K;
+// A contribution's IPv4 and UDP lengths: headers, the 16-byte INC header and K elements.
+const bit<16> INC_UDP_LEN  = 8 + 16 + 4 * INC_K;
+const bit<16> INC_IPV4_LEN = 20 + INC_UDP_LEN;
+const bit<3>  IPV4_MORE_FRAGMENTS = 1;
 
 /*************************************************************************
  ****************************  H E A D E R S  ****************************
@@ -213,7 +217,7 @@ control MyIngress(inout headers_t hdr,
                   inout standard_metadata_t standard_metadata) {
 
     // One counter per reason a packet is dropped or answered.
-    counter(1, CounterType.packets) malformed_drops;       // truncated, bad checksum/ihl/opcode, count 0 or > K
+    counter(1, CounterType.packets) malformed_drops;       // truncated, bad checksum/ihl/lengths/opcode, count 0 or > K
     counter(1, CounterType.packets) bad_version_drops;     // INC version we do not speak
     counter(1, CounterType.packets) unknown_job_drops;     // job id not in inc_job
     counter(1, CounterType.packets) spoofed_worker_drops;  // (job, worker) not admitted on this ingress port
@@ -451,9 +455,14 @@ control MyIngress(inout headers_t hdr,
 
         // Addressed to the aggregator: it must be a whole, well-formed contribution.
         // Every check comes before the first register access.
+        // The lengths must say exactly one contribution, in one unfragmented datagram:
+        // bytes the lengths disown, or a fragment, are not a contribution.
         if (!hdr.udp.isValid() || hdr.udp.dstPort != INC_PORT
                 || !hdr.inc.isValid() || !hdr.inc_data.isValid()
-                || standard_metadata.checksum_error == 1) {
+                || standard_metadata.checksum_error == 1
+                || hdr.ipv4.version != 4 || hdr.ipv4.totalLen != INC_IPV4_LEN
+                || hdr.udp.len != INC_UDP_LEN
+                || hdr.ipv4.fragOffset != 0 || (hdr.ipv4.flags & IPV4_MORE_FRAGMENTS) != 0) {
             drop_malformed();
             return;
         }
