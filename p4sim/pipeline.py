@@ -299,6 +299,8 @@ class Switch:
         sm.egress_port, sm.egress_rid, sm.instance_type = eport, rid, itype
         sm.egress_spec = 0              # as BMv2: egress sees 511 here only if it drops
         sm.egress_global_timestamp = time.monotonic_ns() // 1000 & 0xFFFFFFFFFFFF
+        # No queues here: a packet is dequeued the moment it is enqueued.
+        sm.enq_timestamp = sm.ingress_global_timestamp & 0xFFFFFFFF
         pk.reset(sm, sm.packet_length)
         pk.payload = payload
         if self.trace:

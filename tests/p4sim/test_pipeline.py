@@ -290,8 +290,21 @@ V1Switch(P(), V(), I(), E(), C(), D()) main;
 """
 
 
-def test_meters_colour_packets_green_yellow_red_once_configured(tmp_path):
+class FrozenClock:
+    """Meters refill with time; a clock that stands still makes their colours exact."""
+
+    @staticmethod
+    def monotonic() -> float:
+        return 1000.0
+
+    @staticmethod
+    def monotonic_ns() -> int:
+        return 1000 * 10**9
+
+
+def test_meters_colour_packets_green_yellow_red_once_configured(tmp_path, monkeypatch):
     from p4sim.state import GREEN, RED, YELLOW, TableEntry
+    monkeypatch.setattr("p4sim.state.time", FrozenClock)
     src = tmp_path / "meters.p4"
     src.write_text(METERS)
     sw = Switch(compile_file(str(src)))
