@@ -72,7 +72,7 @@ def install_table_entries(sw: Switch, entries: Iterable[TableEntry]) -> int:
         kind = Update.MODIFY if current is not None or entry.default_action else Update.INSERT
         updates.append(_table_update(sw, kind, entry))
     sw.write(updates)
-    log.info("%s: %d table entries wanted, %d written", sw.name, len(wanted), len(updates))
+    log.debug("%s: %d table entries wanted, %d written", sw.name, len(wanted), len(updates))
     return len(updates)
 
 

@@ -122,6 +122,7 @@ class Switch:
         if self._client is not None:
             _close_client(self._client)
             self._client = None
+        self.is_primary = False
 
     @property
     def connected(self) -> bool:
