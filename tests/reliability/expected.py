@@ -1,0 +1,79 @@
+"""The oracle for data-plane fuzzing: which counter of allreduce.p4 one frame must hit,
+derived from docs/protocol.md's checks (in their order), not from the P4 code, so the
+fuzz tests can account for every injected packet.
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from hosts.inc import AGG_IP, INC_K, INC_PORT, INC_VERSION, OP_CONTRIB, POOL_SIZE
+
+FORWARDED = "forwarded"       # ordinary traffic the switch forwards unchanged
+IN_SLOT = "in_slot"           # passed every check: contributions, duplicate, stale or resent
+INC_IPV4_LEN = 20 + 8 + 16 + 4 * INC_K
+INC_FRAME_LEN = 14 + INC_IPV4_LEN
+_AGG_IP = bytes(int(b) for b in AGG_IP.split("."))
+_ARP_REQUEST = 1
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """What the controller installed: jobs (id -> (slot_base, num_slots)), workers
+    (job, worker, ingress port) and the MACs `l2_forward` knows (broadcast included)."""
+    jobs: dict[int, tuple[int, int]]
+    workers: frozenset[tuple[int, int, int]]
+    macs: frozenset[bytes]
+
+
+def expected_counter(frame: bytes, port: int, admitted: Admitted) -> str:
+    """The counter's short name (e.g. "malformed_drops"), or FORWARDED or IN_SLOT."""
+    if len(frame) < 14:
+        return "l2_miss_drops"          # no Ethernet header: nothing to forward on
+    dst_mac, ethertype = frame[0:6], struct.unpack_from("!H", frame, 12)[0]
+    if ethertype == 0x0806 and len(frame) >= 14 + 28:
+        oper, tpa = struct.unpack_from("!H", frame, 20)[0], frame[38:42]
+        if oper == _ARP_REQUEST and tpa == _AGG_IP:
+            return "arp_replies"
+    if ethertype != 0x0800 or len(frame) < 34 or frame[30:34] != _AGG_IP:
+        return FORWARDED if dst_mac in admitted.macs else "l2_miss_drops"
+    if not _whole_contribution(frame):
+        return "malformed_drops"
+    inc = frame[42:58]
+    if inc[0] >> 4 != INC_VERSION:
+        return "bad_version_drops"
+    if inc[0] & 0x0F != OP_CONTRIB or not 1 <= inc[5] <= INC_K:
+        return "malformed_drops"
+    job, worker, slot = struct.unpack_from("!H", inc, 2)[0], inc[4], struct.unpack_from("!H", inc, 6)[0] & 0x7FFF
+    if job not in admitted.jobs:
+        return "unknown_job_drops"
+    if (job, worker, port) not in admitted.workers:
+        return "spoofed_worker_drops"
+    slot_base, num_slots = admitted.jobs[job]
+    if slot >= num_slots or slot_base + slot >= POOL_SIZE:
+        return "slot_range_drops"
+    return IN_SLOT
+
+
+def _whole_contribution(frame: bytes) -> bool:
+    """IPv4 without options, good checksum, one unfragmented datagram to INC_PORT of exactly
+    one contribution's length, and all of it present."""
+    version_ihl, total_len, flags_frag, proto = frame[14], *struct.unpack_from("!HxxH", frame, 16), frame[23]
+    if version_ihl != 0x45 or proto != 17 or len(frame) < INC_FRAME_LEN:
+        return False
+    if not _ipv4_checksum_ok(frame[14:34]):
+        return False
+    dport, udp_len = struct.unpack_from("!xxHH", frame, 34)
+    more_fragments, offset = flags_frag & 0x2000, flags_frag & 0x1FFF
+    return (dport == INC_PORT and total_len == INC_IPV4_LEN and udp_len == INC_IPV4_LEN - 20
+            and not more_fragments and offset == 0)
+
+
+def _ipv4_checksum_ok(header: bytes) -> bool:
+    """As v1model's verify_checksum with csum16: the stored value equals the one's
+    complement of the one's-complement sum of the other nine 16-bit words."""
+    words = struct.unpack("!10H", header)
+    total = sum(words) - words[5]
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    return (~total & 0xFFFF) == words[5]
