@@ -14,7 +14,7 @@ import pytest
 
 from controller.allreduce import clear_slots, forwarding_entries, job_entries, jobs_on_switch
 from controller.control import (install_table_entries, push_pipeline, read_counters,
-                                read_multicast_groups, read_table_entries)
+                                read_default_entry, read_multicast_groups, read_table_entries)
 from controller.entries import TableEntry, normalized
 from controller.errors import ControllerError
 from controller.fabric import setup_switch
@@ -137,9 +137,14 @@ def test_runtime_json_entries_are_installed_and_read_back(server, pipeline, topo
     entry = {"table": "MyIngress.l2_forward", "match": {"hdr.ethernet.dstAddr": "08:00:00:00:00:09"},
              "action_name": "MyIngress.l2_forward_to", "action_params": {"port": 7}}
     runtime = tmp_path / "s1-runtime.json"
-    runtime.write_text(json.dumps({"table_entries": [entry], "multicast_group_entries": [
+    flood_unknown = {"table": "MyIngress.l2_forward", "default_action": True,
+                     "action_name": "MyIngress.l2_flood", "action_params": {"mcast_grp": 77}}
+    runtime.write_text(json.dumps({"table_entries": [entry, flood_unknown], "multicast_group_entries": [
         {"multicast_group_id": 77, "replicas": [{"egress_port": 2, "instance": 0}]}]}))
     assert controller(tmp_path, build_dir, "install", str(runtime)).returncode == 0
+    with Switch("s1", server.addr) as sw:
+        assert read_default_entry(sw, "MyIngress.l2_forward") == TableEntry(
+            "MyIngress.l2_forward", "MyIngress.l2_flood", {"mcast_grp": 77}, default_action=True)
     dumped = controller(tmp_path, build_dir, "entries")
     assert dumped.returncode == 0, dumped.stderr
     state = json.loads(dumped.stdout)
