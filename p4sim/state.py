@@ -178,19 +178,18 @@ class TableState:
 
     # --- control plane -------------------------------------------------------
     def insert(self, entry: TableEntry) -> None:
-        if self.info.entries_are_const:
-            raise StateError("PERMISSION_DENIED", f"table {self.info.name} has const entries")
+        self._check_mutable()
         self._add(entry)
 
     def modify(self, entry: TableEntry) -> None:
+        self._check_mutable()
         old = self.get(entry.match, entry.priority)
         old.action, old.args = entry.action, entry.args
         old.idle_timeout_ns, old.metadata = entry.idle_timeout_ns, entry.metadata
 
     def delete(self, match: tuple[Match, ...], priority: int = 0) -> None:
+        self._check_mutable()
         entry = self.get(match, priority)
-        if self.info.entries_are_const:
-            raise StateError("PERMISSION_DENIED", f"table {self.info.name} has const entries")
         match = entry.match
         del self._entries[(match, entry.priority)]
         if self._mode == "exact":
@@ -245,6 +244,10 @@ class TableState:
         return None
 
     # --- helpers -------------------------------------------------------------
+    def _check_mutable(self) -> None:
+        if self.info.entries_are_const:
+            raise StateError("PERMISSION_DENIED", f"table {self.info.name} has const entries")
+
     def _priority(self, priority: int) -> int:
         if self.info.needs_priority:
             if priority <= 0:

@@ -74,9 +74,13 @@ def test_const_entries_keep_source_order_and_refuse_changes():
     t = table(("hdr.a", 8, "ternary"), const_entries=consts, entries_are_const=True)
     assert t.lookup((1,)).args == (1,)
     assert t.lookup((5,)).args == (2,)
-    with pytest.raises(StateError) as e:
-        t.insert(TableEntry((("ternary", 3, 0xFF),), "MyIngress.fwd", (), priority=9))
-    assert e.value.code == "PERMISSION_DENIED"
+    for change in (lambda: t.insert(TableEntry((("ternary", 3, 0xFF),), "MyIngress.fwd", (), priority=9)),
+                   lambda: t.modify(TableEntry((("ternary", 1, 0xFF),), "MyIngress.fwd", (7,), priority=2)),
+                   lambda: t.delete((("ternary", 1, 0xFF),), 2)):
+        with pytest.raises(StateError) as e:
+            change()
+        assert e.value.code == "PERMISSION_DENIED"
+    assert t.lookup((1,)).args == (1,)
 
 
 def test_delete_then_lookup_misses_in_every_mode():
