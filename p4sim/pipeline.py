@@ -139,6 +139,9 @@ def shl(a: int, b: int, width: int, signed: int) -> int:
 
 
 def _log_msg(fmt: str, values: tuple) -> None:
+    """v1model's log_msg: `{}` placeholders filled in order, to the trace logger."""
+    if not trace_log.isEnabledFor(logging.INFO):
+        return
     parts = fmt.split("{}")
     text = parts[0] + "".join(str(v) + p for v, p in zip(values, parts[1:]))
     trace_log.info("log_msg: %s", text)
