@@ -146,6 +146,11 @@ class Worker:
             raise IncOverflowError(f"float32 values too large or not finite in {len(failed)} chunk(s), "
                                    f"first at element {failed[0] * INC_K}", failed)
         values = quantize.dequantize(sums, exponents, n)
+        # Each input fits float32, their sum need not (N values near 2^127).
+        too_big = np.flatnonzero(~np.all(np.isfinite(values), axis=1)).tolist()
+        if too_big:
+            raise IncOverflowError(f"the float32 sum exceeds float32's range in {len(too_big)} chunk(s), "
+                                   f"first at element {too_big[0] * INC_K}", too_big)
         return values.ravel()[:array.size].reshape(array.shape)
 
     def _guess_exponents(self, m: int) -> np.ndarray:

@@ -23,11 +23,15 @@ def scale_bits(exponents: np.ndarray, num_workers: int) -> np.ndarray:
 
 
 def chunk_exponents(chunks: np.ndarray) -> np.ndarray:
-    """Per row, the smallest E (clamped to int8) with every |x| < 2^E; non-finite rows get the maximum."""
+    """Per row, the smallest E (clamped to int8) with every |x| < 2^E; non-finite rows get the maximum.
+
+    EXPONENT_MIN stands for an all-zero row only: a row of tiny values (all below 2^-127, the
+    subnormals) gets EXPONENT_MIN + 1, so it is still sent at a scale that keeps its digits.
+    """
     with np.errstate(invalid="ignore"):
         maxabs = np.max(np.abs(chunks.astype(np.float64)), axis=1)
     _, e = np.frexp(maxabs)                     # maxabs = m * 2^e with 0.5 <= m < 1, so maxabs < 2^e
-    e = np.where(maxabs == 0, EXPONENT_MIN, e)
+    e = np.where(maxabs == 0, EXPONENT_MIN, np.maximum(e, EXPONENT_MIN + 1))
     e = np.where(np.isfinite(maxabs), e, EXPONENT_MAX + 1)
     return np.clip(e, EXPONENT_MIN, EXPONENT_MAX + 1).astype(np.int64)
 
@@ -47,8 +51,10 @@ def quantize(chunks: np.ndarray, exponents: np.ndarray, num_workers: int) -> tup
 
 
 def dequantize(sums: np.ndarray, exponents: np.ndarray, num_workers: int) -> np.ndarray:
-    """Float32 rows from the switch's int32 sums at the exponents they were sent with."""
-    return np.ldexp(sums.astype(np.float64), -scale_bits(exponents, num_workers)[:, None]).astype(np.float32)
+    """Float32 rows from the switch's int32 sums at the exponents they were sent with; a sum
+    beyond float32's range comes out as +-inf (the caller reports it)."""
+    with np.errstate(over="ignore"):
+        return np.ldexp(sums.astype(np.float64), -scale_bits(exponents, num_workers)[:, None]).astype(np.float32)
 
 
 def error_bound(exponents: np.ndarray, num_workers: int) -> np.ndarray:
