@@ -15,11 +15,13 @@ from typing import Callable, Iterator
 import numpy as np
 import pytest
 
+from topologies import fabric as fabric_module
 from topologies.cleanup import leftovers
 from topologies.fabric import Fabric, FabricOptions, Impairment
 from topologies.pieces import (DEFAULT_PROGRAM, clear_job_slots, compile_program, read_counters, run_allreduce,
                                setup_controller)
 from topologies.spec import Topology, star
+from topologies.switches import P4RuntimeSwitch, TargetArgs
 
 StarFactory = Callable[..., Fabric]
 
@@ -128,3 +130,24 @@ def bmv2_star(tmp_path: Path) -> Iterator[IncStar]:
     """A star of 2 hosts on BMv2's simple_switch_grpc running allreduce.p4 (mark the test bmv2)."""
     with inc_fabric(tmp_path, 2, "bmv2") as star_net:
         yield star_net
+
+
+@pytest.fixture
+def dummy_target(monkeypatch: pytest.MonkeyPatch) -> type[P4RuntimeSwitch]:
+    """A stand-in switch target: a process that only listens on the gRPC port.
+
+    It lets the fabric's start-up and teardown be tested without p4sim or BMv2.
+    """
+    class DummySwitch(P4RuntimeSwitch):
+        target = "dummy"
+        marker = "p4inc-dummy-target"
+
+        @staticmethod
+        def build_command(args: TargetArgs) -> list[str]:
+            host, _, port = args.grpc_addr.rpartition(":")
+            listen = (f"import socket, time; s = socket.socket(); s.bind(({host!r}, {port})); s.listen();"
+                      " time.sleep(600)")
+            return [sys.executable, "-c", listen, DummySwitch.marker, *args.interface_flags()]
+
+    monkeypatch.setattr(fabric_module, "switch_class", lambda target: DummySwitch)
+    return DummySwitch
