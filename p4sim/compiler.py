@@ -1089,7 +1089,14 @@ class Program:
         from .frontend.parser import parse_text
         self.source = source
         self.source_file = source_file
-        self.checked = check(parse_text(source, source_file))
+        try:
+            self.checked = check(parse_text(source, source_file))
+        except P4Error:
+            raise
+        except Exception as err:             # a p4sim bug, not the user's: still no traceback
+            log.debug("internal error checking %s", source_file, exc_info=True)
+            raise P4Error(f"p4sim internal error while checking ({type(err).__name__}: {err}); "
+                          "please report it with this program", source_file) from None
         self._code: dict[bool, tuple[CompiledCode, Any]] = {}
         self.code(False)            # compile now, so errors show at load time
 
