@@ -7,11 +7,12 @@ context PK) are bound by pipeline.Switch when it loads the program.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import keyword
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 from .errors import P4Error
 
@@ -1089,14 +1090,8 @@ class Program:
         from .frontend.parser import parse_text
         self.source = source
         self.source_file = source_file
-        try:
+        with _internal_errors("checking", source_file):
             self.checked = check(parse_text(source, source_file))
-        except P4Error:
-            raise
-        except Exception as err:             # a p4sim bug, not the user's: still no traceback
-            log.debug("internal error checking %s", source_file, exc_info=True)
-            raise P4Error(f"p4sim internal error while checking ({type(err).__name__}: {err}); "
-                          "please report it with this program", source_file) from None
         self._code: dict[bool, tuple[CompiledCode, Any]] = {}
         self.code(False)            # compile now, so errors show at load time
 
@@ -1107,15 +1102,9 @@ class Program:
     def code(self, trace: bool = False) -> tuple[CompiledCode, Any]:
         """The generated module (and its Python code object), built once per trace setting."""
         if trace not in self._code:
-            try:
+            with _internal_errors("compiling", self.source_file):
                 cc = compile_program(self.checked, trace)
                 obj = compile(cc.source, f"<p4sim:{self.source_file}>", "exec")
-            except P4Error:
-                raise
-            except Exception as err:         # a p4sim bug, not the user's: still no traceback
-                log.debug("internal error compiling %s", self.source_file, exc_info=True)
-                raise P4Error(f"p4sim internal error while compiling ({type(err).__name__}: {err}); "
-                              "please report it with this program", self.source_file) from None
             self._code[trace] = (cc, obj)
         return self._code[trace]
 
@@ -1132,6 +1121,19 @@ class Program:
             return cls(cfg["source"], cfg["source_file"])
         except (ValueError, KeyError, TypeError, UnicodeDecodeError) as err:
             raise P4Error(f"not a p4sim device config: {err}", "<device config>") from None
+
+
+@contextlib.contextmanager
+def _internal_errors(stage: str, source_file: str) -> Iterator[None]:
+    """A p4sim bug, not the user's, still reaches the user as a P4Error, not a traceback."""
+    try:
+        yield
+    except P4Error:
+        raise
+    except Exception as err:
+        log.debug("internal error %s %s", stage, source_file, exc_info=True)
+        raise P4Error(f"p4sim internal error while {stage} ({type(err).__name__}: {err}); "
+                      "please report it with this program", source_file) from None
 
 
 def compile_file(path: str, include_dirs: tuple[str, ...] = (), defines: tuple[str, ...] = ()) -> Program:
