@@ -54,11 +54,6 @@ class SwitchSpec:
         """The Mininet interface of a data-plane port (`s1-eth3` for port 3)."""
         return f"{self.name}-eth{port}"
 
-    @property
-    def grpc_host_port(self) -> tuple[str, int]:
-        host, _, port = self.grpc_addr.rpartition(":")
-        return host, int(port)
-
 
 @dataclass(frozen=True)
 class Endpoint:
