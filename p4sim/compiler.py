@@ -18,7 +18,8 @@ from .errors import P4Error
 
 log = logging.getLogger(__name__)
 from .frontend import ast
-from .frontend.checker import CheckedProgram, Sym, Target, V1SWITCH_BLOCKS, const_value, error_at
+from .frontend.checker import (CheckedProgram, Sym, Target, V1SWITCH_BLOCKS, const_value, error_at,
+                               expr_text)
 from .frontend.types import (ActionRunType, ApplyResultType, BitType, BoolType, EnumType,
                              ErrorType, ExternType, IntType, StackType, StructType, TupleType, Type,
                              is_header)
@@ -191,14 +192,10 @@ class _Compiler:
         if self.trace:
             self.emit(f"LOG('extracted {name} (%d bytes at %d)', {nbytes}, o)")
         self.ind -= 1
-        self.emit(f"def LK_{name}(pkt):")
+        self.emit(f"def LK_{name}(pkt):")          # lookahead: extract, then step back
         self.ind += 1
-        self.emit(f"d = pkt.data; o = pkt.off; e = o + {nbytes}")
-        self.emit("if e > len(d): raise Reject(1)")
-        self.emit("v = int.from_bytes(d[o:e], 'big')")
-        self.emit(f"h = H_{name}()")
-        self.fill_fields(layout)
-        self.emit("h._v = True")
+        self.emit(f"h = H_{name}(); o = pkt.off")
+        self.emit(f"X_{name}(pkt, h); pkt.off = o")
         self.emit("return h")
         self.ind -= 1
         parts = []
@@ -1060,7 +1057,7 @@ class _Compiler:
                 if isinstance(rt, BitType):
                     return f"{pkt}.peek({rt.width})"
                 raise error_at(e, f"lookahead of a {rt} is not supported by p4sim")
-        raise error_at(e, f"`{e.func and getattr(e.func, 'name', '')}` cannot be used in an expression here")
+        raise error_at(e, f"`{expr_text(e.func)}` cannot be used in an expression here")
 
 
 def _param_py(p: ast.Param) -> str:
