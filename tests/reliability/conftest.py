@@ -1,6 +1,7 @@
 """Shared pieces of the reliability tests: the host tests' compiled allreduce.p4 and switch
 fixtures, a switch wrapper that records what one port's packets produced, transports that
-count sends or run a hook after each one, and `run_workers`, N worker threads of one job.
+count sends or run a hook after each one, `run_workers` (N worker threads of one job), and
+`p4sim_server`, a restartable p4sim with a P4Runtime server on loopback, in this process.
 """
 from __future__ import annotations
 
@@ -8,13 +9,19 @@ import logging
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
+import grpc
 import numpy as np
+import pytest
+from p4sim import Program
+from p4sim import Switch as P4simSwitch
+from p4sim.server import P4RuntimeService, serve
 
 from hosts.agent import JobConfig, Worker
 from hosts.inprocess import InProcessFabric, PacketSwitch
 from hosts.transport import Transport
+from tests.controller.conftest import build_dir, pipeline  # noqa: F401 - fixtures reused as they are
 from tests.hosts.conftest import Job, program, switch  # noqa: F401 - fixtures reused as they are
 
 log = logging.getLogger(__name__)
@@ -57,6 +64,71 @@ class HookedTransport:
 
     def close(self) -> None:
         self.inner.close()
+
+
+@dataclass
+class InProcessP4sim:
+    """What `python -m p4sim --no-p4` is, in this process: a p4sim switch with a P4Runtime
+    server on a loopback port. `kill()` loses the switch and all its state (packets sent
+    meanwhile are lost); `start()` brings up a fresh one, without a pipeline, on the same port.
+    With `crash_on_result_to` set, the switch dies just as it sends a result to that port:
+    the copies to the other ports go out, that one is lost, and `crashed` is set."""
+    port: int = 0
+    switch: P4simSwitch | None = None
+    crash_on_result_to: int | None = None
+    crashed: threading.Event = field(default_factory=threading.Event)
+    _server: grpc.Server | None = field(default=None, repr=False)
+    _service: P4RuntimeService | None = field(default=None, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def addr(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        switch = P4simSwitch(None)
+        self._service = P4RuntimeService(switch, Program.from_device_config, device_id=0)
+        self._server, self.port = serve(self._service, self.addr)
+        with self._lock:
+            self.switch = switch
+
+    def kill(self) -> None:
+        with self._lock:
+            self.switch = None
+        if self._server is not None:
+            self._server.stop(None).wait()
+            self._service.close()
+            self._server = self._service = None
+
+    def restart(self) -> None:
+        self.kill()
+        self.start()
+
+    def process(self, port: int, data: bytes) -> list[tuple[int, bytes]]:
+        with self._lock:
+            switch = self.switch
+        if switch is None:
+            return []
+        out = switch.process(port, data)
+        if self.crash_on_result_to is not None and any(p == self.crash_on_result_to for p, _ in out):
+            out = [(p, d) for p, d in out if p != self.crash_on_result_to]
+            with self._lock:
+                self.switch, self.crash_on_result_to = None, None
+            self.crashed.set()
+        return out
+
+    def slot_count_cells(self) -> list[int]:
+        return list(self.switch.state.registers["MyIngress.slot_count"].values) if self.switch else []
+
+
+@pytest.fixture
+def p4sim_server() -> Iterator[InProcessP4sim]:
+    server = InProcessP4sim()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.kill()
 
 
 def job_workers(fabric: InProcessFabric, job: Job, *, first_host: int = 0, window: int = 8,

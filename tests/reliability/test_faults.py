@@ -14,12 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-import grpc
 import numpy as np
 import pytest
-from p4sim import Program
-from p4sim import Switch as P4simSwitch
-from p4sim.server import P4RuntimeService, serve
 
 from controller.allreduce import jobs_on_switch
 from controller.fabric import setup_switch, watch
@@ -27,9 +23,8 @@ from controller.switch import Pipeline, Switch
 from hosts.agent import IncTimeoutError
 from hosts.inc import INC_K, POOL_SIZE
 from hosts.inprocess import Host, InProcessFabric
-from tests.controller.conftest import build_dir, pipeline  # noqa: F401 - fixtures reused as they are
 from tests.hosts.conftest import Job
-from tests.reliability.conftest import HANG_GUARD_S, job_workers, run_workers
+from tests.reliability.conftest import HANG_GUARD_S, InProcessP4sim, job_workers, run_workers
 from topologies.spec import Topology, star
 
 log = logging.getLogger(__name__)
@@ -37,71 +32,6 @@ log = logging.getLogger(__name__)
 N = 4
 WINDOW = 8
 LENGTH = 100 * INC_K
-
-
-@dataclass
-class InProcessP4sim:
-    """What `python -m p4sim --no-p4` is, in this process: a p4sim switch with a P4Runtime
-    server on a loopback port. `kill()` loses the switch and all its state (packets sent
-    meanwhile are lost); `start()` brings up a fresh one, without a pipeline, on the same port.
-    With `crash_on_result_to` set, the switch dies just as it sends a result to that port:
-    the copies to the other ports go out, that one is lost, and `crashed` is set."""
-    port: int = 0
-    switch: P4simSwitch | None = None
-    crash_on_result_to: int | None = None
-    crashed: threading.Event = field(default_factory=threading.Event)
-    _server: grpc.Server | None = field(default=None, repr=False)
-    _service: P4RuntimeService | None = field(default=None, repr=False)
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-
-    @property
-    def addr(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def start(self) -> None:
-        switch = P4simSwitch(None)
-        self._service = P4RuntimeService(switch, Program.from_device_config, device_id=0)
-        self._server, self.port = serve(self._service, self.addr)
-        with self._lock:
-            self.switch = switch
-
-    def kill(self) -> None:
-        with self._lock:
-            self.switch = None
-        if self._server is not None:
-            self._server.stop(None).wait()
-            self._service.close()
-            self._server = self._service = None
-
-    def restart(self) -> None:
-        self.kill()
-        self.start()
-
-    def process(self, port: int, data: bytes) -> list[tuple[int, bytes]]:
-        with self._lock:
-            switch = self.switch
-        if switch is None:
-            return []
-        out = switch.process(port, data)
-        if self.crash_on_result_to is not None and any(p == self.crash_on_result_to for p, _ in out):
-            out = [(p, d) for p, d in out if p != self.crash_on_result_to]
-            with self._lock:
-                self.switch, self.crash_on_result_to = None, None
-            self.crashed.set()
-        return out
-
-    def slot_count_cells(self) -> list[int]:
-        return list(self.switch.state.registers["MyIngress.slot_count"].values) if self.switch else []
-
-
-@pytest.fixture
-def p4sim_server() -> Iterator[InProcessP4sim]:
-    server = InProcessP4sim()
-    server.start()
-    try:
-        yield server
-    finally:
-        server.kill()
 
 
 @dataclass
