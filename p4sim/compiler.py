@@ -995,6 +995,11 @@ class _Compiler:
             py = {"/": "//"}.get(op, op)
             return f"({a} {py} {b})"
         w = t.width
+        lc, rc = const_value(e.left, self.cp.errors), const_value(e.right, self.cp.errors)
+        if op in ("+", "-", "|", "^", "<<", ">>") and rc == 0:
+            return a                             # x + 0 (FOR_EACH-style macros make many)
+        if op in ("+", "|", "^") and lc == 0:
+            return b
         if op in ("+", "-", "*"):
             return self.wrap(f"{a} {op} {b}", t)
         if op in ("/", "%"):
