@@ -225,3 +225,16 @@ V1Switch(P(), V(), I(), E(), C(), D()) main;
     src = tmp_path / "names.p4"
     src.write_text(text)
     assert Switch(compile_file(str(src))).process(0, bytes([5, 0, 0])) == [(2, bytes([5, 6, 7]))]
+
+
+def test_trace_names_table_hits_misses_and_action_arguments(tmp_path, caplog):
+    src = tmp_path / "stmts.p4"
+    src.write_text(PROGRAM)
+    sw = Switch(compile_file(str(src)), trace=True)
+    sw.state.tables["I.pick"].insert(TableEntry((("exact", 9),), "I.set_r", (0x42,)))
+    with caplog.at_level(logging.INFO, logger="p4sim.trace"):
+        sw.process(0, bytes([6, 9, 0, 0]))
+        sw.process(0, bytes([6, 8, 0, 0]))
+    assert "table I.pick: hit key=(9,) -> I.set_r(66,)" in caplog.text
+    assert "action I.set_r(v=66)" in caplog.text
+    assert "table I.pick: miss key=(8,) -> NoAction()" in caplog.text
