@@ -1,0 +1,121 @@
+"""Issue 5, item 3, in Mininet (root): 4 workers (`python -m hosts.worker` in their hosts)
+AllReduce through a p4sim switch process while the controller is run again, and while the
+switch process is killed (SIGKILL) and started again under `python -m controller watch`.
+Outcomes as docs/protocol.md's "Faults" section states them: the right sum, or every worker
+failing with IncTimeoutError naming the job within its retry budget; never a hang.
+"""
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import pytest
+
+from tests.mininet.conftest import IncStar, inc_fabric
+from topologies.pieces import PieceError, read_counters
+from topologies.switches import REPO_ROOT
+
+pytestmark = pytest.mark.mininet
+log = logging.getLogger(__name__)
+
+LENGTH = 400_000
+TIMEOUT_MS, RETRIES = 100, 150          # each worker gives up after 15 s without a result
+WORKER_ARGS = ("--timeout", str(TIMEOUT_MS), "--max-retries", str(RETRIES), "--window", "16")
+HANG_GUARD_S = 900.0        # IncStar.allreduce stops the workers after this
+
+
+@pytest.fixture(scope="module")
+def star(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IncStar]:
+    with inc_fabric(tmp_path_factory.mktemp("faults"), 4, "p4sim") as net:
+        yield net
+
+
+def controller(star: IncStar, *args: str) -> list[str]:
+    return [sys.executable, "-m", "controller", *args, "--topo", str(star.fabric.options.topology_path),
+            "--build-dir", str(star.work_dir.parent / "program"), "--program", "allreduce"]
+
+
+def tensors(seed: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [rng.integers(-2**24, 2**24, LENGTH, dtype=np.int32) for _ in range(4)]
+
+
+def contributions(star: IncStar) -> int:
+    cells = read_counters(star.fabric.options.topology_path, "s1", "p4sim")
+    return sum(c["packets"] for c in cells["MyIngress.contributions"])
+
+
+def wait_for_progress(star: IncStar, than: int) -> int:
+    """Wait until the switch has counted more contributions than `than` (the AllReduce runs)."""
+    for _ in range(200):
+        now = contributions(star)
+        if now > than:
+            return now
+        time.sleep(0.2)
+    pytest.fail("the workers never reached the switch")
+
+
+def test_controller_setup_again_during_an_allreduce_changes_nothing(star: IncStar) -> None:
+    inputs = tensors(1)
+    before = contributions(star)
+    with ThreadPoolExecutor(1) as pool:
+        run = pool.submit(star.allreduce, inputs, *WORKER_ARGS)
+        wait_for_progress(star, before)
+        again = subprocess.run(controller(star, "setup"), cwd=REPO_ROOT, capture_output=True, text=True,
+                               timeout=120)
+        results = run.result(timeout=HANG_GUARD_S)
+    log.info("controller set up again mid-AllReduce: %s", again.stderr.strip().splitlines()[-3:])
+    assert again.returncode == 0, again.stderr
+    assert "pipeline kept" in again.stderr and "cleared" not in again.stderr
+    expected = np.sum(inputs, axis=0, dtype=np.int32)
+    for r in results:
+        np.testing.assert_array_equal(r, expected)
+
+
+def test_switch_killed_mid_allreduce_is_reinstalled_by_watch_and_workers_finish_or_time_out(
+        star: IncStar, tmp_path: Path) -> None:
+    inputs = tensors(2)
+    watch_log = tmp_path / "watch.log"
+    with watch_log.open("wb") as log_file:
+        watch = subprocess.Popen(controller(star, "watch") + ["--poll", "0.2"], cwd=REPO_ROOT,
+                                 stdout=subprocess.DEVNULL, stderr=log_file)
+    s1 = star.fabric.host("s1")
+    try:
+        before = contributions(star)
+        with ThreadPoolExecutor(1) as pool:
+            run = pool.submit(star.allreduce, inputs, *WORKER_ARGS)
+            at_kill = wait_for_progress(star, before) - before
+            killed = time.monotonic()
+            s1.proc.kill()                      # no clean-up: the switch and all its state are gone
+            s1.stop(deleteIntfs=False)
+            s1.start([])                        # the same process command, same ports, no pipeline
+            restarted = time.monotonic() - killed
+            try:
+                outcome = run.result(timeout=HANG_GUARD_S)
+            except PieceError as e:
+                outcome = e
+            finished = time.monotonic() - killed
+    finally:
+        watch.terminate()
+        watch.wait(timeout=60)
+    text = watch_log.read_text()
+    log.info("killed s1 after %d contributions; it served again %.1f s later; workers ended %.1f s after the "
+             "kill: %s", at_kill, restarted, finished,
+             "right sums" if not isinstance(outcome, PieceError) else str(outcome).splitlines()[0])
+    assert "lost the P4Runtime stream" in text and "reconciled (pipeline pushed" in text, text
+    expected = np.sum(inputs, axis=0, dtype=np.int32)
+    if isinstance(outcome, PieceError):
+        message = str(outcome)
+        assert "did not finish" not in message
+        for w in range(4):
+            assert f"worker {w} " in message
+        assert message.count("no result for seq") == 4 and message.count("job 1 ") == 4, message
+    else:
+        for r in outcome:
+            np.testing.assert_array_equal(r, expected)
