@@ -67,7 +67,6 @@ class _Ctx:
     ctl_args: str = ""                   # control params (+ L) to pass to local actions/tables
     pkt: str = ""                        # packet_in / packet_out param
     outs: list[Sym] = field(default_factory=list)   # scalar out/inout params to return
-    ret_type: Type | None = None
 
 
 class _Compiler:
@@ -377,8 +376,7 @@ class _Compiler:
 
     def function(self, f: Sym) -> None:
         d: ast.FunctionDecl = f.node
-        ctx = _Ctx("function", outs=[p.decl_sym for p in d.params if p.direction in ("out", "inout") and _scalar(p.type)],
-                   ret_type=d.ret_type)
+        ctx = _Ctx("function", outs=[p.decl_sym for p in d.params if p.direction in ("out", "inout") and _scalar(p.type)])
         if ctx.outs:
             raise error_at(d, "functions with out/inout scalar parameters are not supported by p4sim")
         self.emit(f"def {f.pyname}({', '.join(p.decl_sym.pyname for p in d.params)}):")

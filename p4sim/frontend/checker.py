@@ -605,7 +605,6 @@ class Checker:
                                            allowed, scope, d.name)
             prio = self.const_int(en.priority, scope) if en.priority is not None else 0
             entries.append(ir.ConstEntry(match, aname, args, prio))
-        d.key_types = [k.expr.type for k in d.keys]
         d.allowed = allowed
         sym.value = ir.TableInfo(qname, tuple(fields), tuple(refs), size, default_name, default_args,
                                  const_default, tuple(entries), d.entries_const, direct_counter,
@@ -1109,7 +1108,6 @@ class Checker:
             raise error_at(e, f"`{expr_text(e.func)}` takes {' or '.join(map(str, counts))} arguments, got {len(e.args)}")
         m = matching[0]
         e.target = target
-        e.method = m
         self.call_args(e, m.params, scope)
         for ta in e.type_args:
             self.resolve_type(ta, scope)
