@@ -1,7 +1,8 @@
 """Shared pieces of the reliability tests: the host tests' compiled allreduce.p4 and switch
 fixtures, a switch wrapper that records what one port's packets produced, transports that
 count sends or run a hook after each one, `run_workers` (N worker threads of one job), and
-`p4sim_server`, a restartable p4sim with a P4Runtime server on loopback, in this process.
+`p4sim_server`, a restartable p4sim with a P4Runtime server on loopback, in this process,
+and `star`, a Mininet star of 4 hosts running allreduce.p4 for a module's tests.
 """
 from __future__ import annotations
 
@@ -129,6 +130,14 @@ def p4sim_server() -> Iterator[InProcessP4sim]:
         yield server
     finally:
         server.kill()
+
+
+@pytest.fixture(scope="module")
+def star(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201 - an IncStar; Mininet imported only here
+    """A p4sim star of 4 hosts set up by the controller (tests/mininet/conftest.py's inc_fabric)."""
+    from tests.mininet.conftest import inc_fabric
+    with inc_fabric(tmp_path_factory.mktemp("star"), 4, "p4sim") as net:
+        yield net
 
 
 def job_workers(fabric: InProcessFabric, job: Job, *, first_host: int = 0, window: int = 8,

@@ -12,12 +12,11 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import pytest
 
-from tests.mininet.conftest import IncStar, inc_fabric
+from tests.mininet.conftest import IncStar
 from topologies.pieces import PieceError, read_counters
 from topologies.switches import REPO_ROOT
 
@@ -30,13 +29,8 @@ WORKER_ARGS = ("--timeout", str(TIMEOUT_MS), "--max-retries", str(RETRIES), "--w
 HANG_GUARD_S = 900.0        # IncStar.allreduce stops the workers after this
 
 
-@pytest.fixture(scope="module")
-def star(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IncStar]:
-    with inc_fabric(tmp_path_factory.mktemp("faults"), 4, "p4sim") as net:
-        yield net
-
-
 def controller(star: IncStar, *args: str) -> list[str]:
+    """The command line of `python -m controller ARGS` for this star."""
     return [sys.executable, "-m", "controller", *args, "--topo", str(star.fabric.options.topology_path),
             "--build-dir", str(star.work_dir.parent / "program"), "--program", "allreduce"]
 

@@ -46,8 +46,9 @@ def wide_range_inputs(rng: np.random.Generator, exponents: np.ndarray) -> list[n
     signs mixed, some exact zeros; each worker's own scale differs by up to 2^-6."""
     out = []
     for _ in range(N):
-        spread = rng.uniform(-20, 0, (CHUNKS, INC_K)) + exponents[:, None] - rng.integers(0, 7, (CHUNKS, 1))
-        x = np.ldexp(rng.choice([-1.0, 1.0], (CHUNKS, INC_K)), spread.astype(int)) * rng.uniform(0.5, 1, (CHUNKS, INC_K))
+        shape = (CHUNKS, INC_K)
+        spread = rng.uniform(-20, 0, shape) + exponents[:, None] - rng.integers(0, 7, (CHUNKS, 1))
+        x = np.ldexp(rng.choice([-1.0, 1.0], shape), spread.astype(int)) * rng.uniform(0.5, 1, shape)
         x[rng.random((CHUNKS, INC_K)) < 0.1] = 0.0
         out.append(x.astype(np.float32).ravel())
     return out

@@ -1,0 +1,34 @@
+"""Send raw Ethernet frames out of one interface, as a misbehaving host would (AF_PACKET,
+needs root): the fuzz tests run it inside a Mininet host. Prints {"sent": n, "refused": m}.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import pickle
+import socket
+import sys
+from pathlib import Path
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m tests.reliability.inject", description=__doc__)
+    p.add_argument("frames", type=Path, help="a pickled list of frames (bytes), sent in order")
+    p.add_argument("--interface", required=True, help="the interface to send them from, e.g. h1-eth0")
+    args = p.parse_args(argv)
+    frames = pickle.loads(args.frames.read_bytes())
+    sent = refused = 0
+    with socket.socket(socket.AF_PACKET, socket.SOCK_RAW) as s:
+        s.bind((args.interface, 0))
+        for frame in frames:
+            try:
+                s.send(frame)
+                sent += 1
+            except OSError:         # the kernel refuses some frames (e.g. shorter than a header)
+                refused += 1
+    print(json.dumps({"sent": sent, "refused": refused}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
