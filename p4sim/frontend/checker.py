@@ -569,9 +569,14 @@ class Checker:
             default_name, default_args = self.action_call(p.value, allowed, scope, d.name)
             const_default = p.const
         else:
+            # Without a default_action the default is NoAction, listed @defaultonly as p4c does.
             na = self.top.lookup("NoAction")
-            if na is not None:
-                self._note_action(na)
+            if na is None or na.kind != "action":
+                raise error_at(d, f"table {d.name} needs a default_action (there is no NoAction)")
+            self._note_action(na)
+            if na.qname not in {r.name for r in refs}:
+                refs.append(ir.ActionRef(na.qname, "DEFAULT_ONLY", ("@defaultonly",)))
+                allowed["NoAction"] = allowed[na.qname] = na
         size = 1024
         if "size" in props:
             size = self.const_int(props["size"].value, scope)

@@ -167,3 +167,10 @@ def test_annotations_keep_their_text_for_p4info(tmp_path):
             '    table t { key = { hdr.eth.dst : exact; } actions = { NoAction; } }'
     t = compile_text(tmp_path, ingress("        t.apply();", decls)).info.tables["I.t"]
     assert t.annotations == ('@brief("next hop")', '@p4runtime_translation("sdn_port", string)', "@id(16777223)")
+
+
+def test_table_without_default_action_gets_default_only_noaction(tmp_path):
+    decls = "    action a() { }\n    table t { key = { hdr.eth.dst : exact; } actions = { a; } }"
+    t = compile_text(tmp_path, ingress("        t.apply();", decls)).info.tables["I.t"]
+    assert t.default_action == "NoAction"
+    assert t.actions == (ActionRef("I.a"), ActionRef("NoAction", "DEFAULT_ONLY", ("@defaultonly",)))
