@@ -575,7 +575,7 @@ class Checker:
                 raise error_at(d, f"table {d.name} needs a default_action (there is no NoAction)")
             self._note_action(na)
             if na.qname not in {r.name for r in refs}:
-                refs.append(ir.ActionRef(na.qname, "DEFAULT_ONLY", ("@defaultonly",)))
+                refs.append(ir.ActionRef(na.qname, "DEFAULT_ONLY"))
                 allowed["NoAction"] = allowed[na.qname] = na
         size = 1024
         if "size" in props:

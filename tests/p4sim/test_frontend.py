@@ -173,4 +173,4 @@ def test_table_without_default_action_gets_default_only_noaction(tmp_path):
     decls = "    action a() { }\n    table t { key = { hdr.eth.dst : exact; } actions = { a; } }"
     t = compile_text(tmp_path, ingress("        t.apply();", decls)).info.tables["I.t"]
     assert t.default_action == "NoAction"
-    assert t.actions == (ActionRef("I.a"), ActionRef("NoAction", "DEFAULT_ONLY", ("@defaultonly",)))
+    assert t.actions == (ActionRef("I.a"), ActionRef("NoAction", "DEFAULT_ONLY"))
