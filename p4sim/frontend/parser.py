@@ -422,6 +422,9 @@ class _ToAst(Transformer):
     def block(self, meta, ch):
         return ast.Block([c for c in ch if not isinstance(c, ast.Empty)], pos=self._pos(meta))
 
+    def annotated_block(self, meta, ch):
+        return ch[1]                         # @atomic and the like change nothing here
+
     def empty_statement(self, meta, ch):
         return ast.Empty(pos=self._pos(meta))
 

@@ -100,7 +100,7 @@ def test_type_names_and_generics_parse(tmp_path):
         extern E<T> { E(bit<32> n); T get<U>(in U x); }
         header h_t { bit<8> a; }
         typedef bit<8> byte_t;
-        control X(inout h_t h) { apply { byte_t b = h.a; bit<8> c = b >> 2 > 1 ? 8w1 : 8w0; } }
+        control X(inout h_t h) { apply { byte_t b = h.a; @atomic { bit<8> c = b >> 2 > 1 ? 8w1 : 8w0; } } }
     """, "inline.p4")
     assert [type(d).__name__ for d in program.declarations] == \
         ["ExternDecl", "HeaderDecl", "TypedefDecl", "ControlDecl"]
