@@ -160,7 +160,6 @@ class Switch:
         self._rng = random.Random(seed)
         self.program: Program | None = None
         self.state: SwitchState | None = None
-        self._ns: dict[str, Any] = {}
         if program is not None:
             self.load(program)
 
@@ -170,10 +169,11 @@ class Switch:
             cc, code = program.code(self.trace)
             state = SwitchState(program.info)
             pk = PacketContext()
-            ns: dict[str, Any] = {
+            ns: dict[str, Any] = {      # the generated module's free names (see compiler.py)
                 "Reject": Reject, "Exit": Exit, "AssertFailed": AssertFailed, "Stack": Stack,
                 "PK": pk, "HASH": hash_functions(self._rng), "RNG": self._rng, "to_bytes": to_bytes,
-                "shl": shl, "CSUM16_BITS": csum16_bits, "monotonic_ns": time.monotonic_ns, "LOG": trace_log.info, "LOG_MSG": _log_msg,
+                "shl": shl, "CSUM16_BITS": csum16_bits, "monotonic_ns": time.monotonic_ns,
+                "LOG": trace_log.info, "LOG_MSG": _log_msg,
                 "ERROR_NAMES": {v: k for k, v in program.checked.errors.items()},
             }
             stores = {"table": state.tables, "register": state.registers, "counter": state.counters,
@@ -181,7 +181,7 @@ class Switch:
             for pyname, (kind, name) in cc.bindings.items():
                 ns[pyname] = stores[kind][name]
             exec(code, ns)
-            self._ns, self._cc, self._pk = ns, cc, pk
+            self._cc, self._pk = cc, pk
             self.program, self.state = program, state
             self._entry = tuple(ns[k] for k in ("PARSER", "VERIFY", "INGRESS", "EGRESS", "COMPUTE",
                                                 "DEPARSER", "NEW_HDR", "NEW_META", "NEW_SM"))
@@ -199,7 +199,9 @@ class Switch:
                 self._run(port, bytes(data), out)
             except Exception as err:        # a program fault must not take the switch down
                 self.stats["errors"] += 1
-                log.warning("packet on port %d dropped: %s: %s", port, type(err).__name__, err)
+                # Say it once loudly; a program failing on every packet must not flood the log.
+                level = logging.WARNING if self.stats["errors"] == 1 else logging.DEBUG
+                log.log(level, "packet on port %d dropped: %s: %s", port, type(err).__name__, err)
                 if self.trace:
                     trace_log.info("packet dropped by an error: %s: %s", type(err).__name__, err)
                 out = []
