@@ -24,6 +24,8 @@ from hosts.inc import AGG_IP, AGG_MAC, INC_PORT, PAYLOAD_SIZE, RING_PORT
 log = logging.getLogger(__name__)
 
 _ETH_IP_UDP = 14 + 20 + 8
+_AGG_IP = bytes(int(b) for b in AGG_IP.split("."))
+_INC_PORT = INC_PORT.to_bytes(2, "big")
 
 
 class PacketSwitch(Protocol):
@@ -118,13 +120,18 @@ class InProcessFabric:
             self._over_link(lambda h=host, f=out: self._to_host(h, f))
 
     def _to_host(self, host: Host, frame: bytes) -> None:
-        """Deliver the UDP payload, as the host's kernel would, if it is for this host's port."""
+        """Deliver the UDP payload, as the host's kernel would, if it is for this host's port;
+        on the INC port only from the aggregator's address, as UdpTransport accepts it."""
         if len(frame) < _ETH_IP_UDP or frame[12:14] != b"\x08\x00" or frame[23] != 17:
             return
         ihl = (frame[14] & 0x0F) * 4
         udp = 14 + ihl
-        inbox = self._inboxes.get((host.port, int.from_bytes(frame[udp + 2:udp + 4], "big")))
+        dport = int.from_bytes(frame[udp + 2:udp + 4], "big")
+        inbox = self._inboxes.get((host.port, dport))
         if frame[30:34] != _ip_bytes(host.ip) or inbox is None:
+            return
+        if dport == host.udp_port and (frame[26:30] != _AGG_IP or frame[udp:udp + 2] != _INC_PORT):
+            log.debug("host %s drops a datagram on its INC port not from the aggregator", host.ip)
             return
         inbox.put(frame[udp + 8:])
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import select
 import socket
+import time
 from typing import Protocol
 
 from hosts.inc import AGG_IP, INC_PORT, RING_PORT
@@ -60,11 +61,16 @@ class _UdpSocket:
         return self.sock.getsockname()
 
     def recv(self, timeout: float) -> bytes | None:
+        got = self.recv_from(timeout)
+        return None if got is None else got[0]
+
+    def recv_from(self, timeout: float) -> tuple[bytes, tuple[str, int]] | None:
+        """The next datagram and its sender, or None after `timeout` seconds."""
         ready, _, _ = select.select([self.sock], [], [], max(timeout, 0.0))
         if not ready:
             return None
         try:
-            return self.sock.recv(2048)
+            return self.sock.recvfrom(2048)
         except BlockingIOError:
             return None
 
@@ -83,6 +89,19 @@ class UdpTransport(_UdpSocket):
 
     def send(self, payload: bytes) -> None:
         self.sock.sendto(payload, self.aggregator)
+
+    def recv(self, timeout: float) -> bytes | None:
+        """The next datagram from the aggregator's address; others (another host sending
+        look-alike results straight to this worker) are dropped."""
+        deadline = time.monotonic() + max(timeout, 0.0)
+        while True:
+            got = self.recv_from(deadline - time.monotonic())
+            if got is None:
+                return None
+            data, sender = got
+            if sender == self.aggregator:
+                return data
+            log.debug("dropping a datagram from %s:%d, not the aggregator", *sender)
 
 
 class UdpPeerTransport(_UdpSocket):

@@ -1,20 +1,26 @@
 """Issue 5, item 2: two jobs AllReduce at once on disjoint hosts and slot ranges while a host
 of job A forges, from its own port, contributions with job B's id and with the other workers
 of A's ids. Nothing arriving on that port changes B's slot registers, every forgery is a
-`spoofed_worker_drops`, and both jobs' sums equal numpy's.
+`spoofed_worker_drops`, and both jobs' sums equal numpy's. Look-alike results sent straight
+to B's workers are not taken either: a worker takes results only from the aggregator.
 """
 from __future__ import annotations
 
 import logging
 import random
+import socket
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from p4sim import Switch
+from scapy.layers.inet import IP, UDP
+from scapy.layers.l2 import Ether
+from scapy.packet import Raw
 
-from hosts.inc import INC_K, POOL_SIZE, IncHeader, OP_CONTRIB, pack
-from hosts.inprocess import InProcessFabric
+from hosts.inc import INC_K, INC_PORT, OP_CONTRIB, OP_RESULT, POOL_SIZE, IncHeader, pack
+from hosts.inprocess import Host, InProcessFabric
+from hosts.transport import UdpTransport
 from tests.hosts.conftest import Job, host, install_forwarding, install_job
 from tests.reliability.conftest import HANG_GUARD_S, counter_deltas, counters, job_workers, run_workers
 
@@ -110,3 +116,57 @@ def test_forged_job_and_worker_ids_change_nothing_in_the_other_job(switch: Switc
     assert guarded.changed == []
     assert deltas["spoofed_worker_drops"] == len(forged)
     assert guarded.checked >= len(forged)
+
+
+def forged_result(src: Host, dst: Host, header: IncHeader) -> bytes:
+    """A frame from `src`'s host straight to `dst`'s, looking like the switch's result."""
+    inc = pack(replace(header, opcode=OP_RESULT), np.full(INC_K, 12345, np.int32))
+    return bytes(Ether(src=src.mac, dst=dst.mac) / IP(src=src.ip, dst=dst.ip)
+                 / UDP(sport=INC_PORT, dport=dst.udp_port, chksum=0) / Raw(inc))
+
+
+def test_results_forged_host_to_host_are_not_taken_by_the_other_jobs_workers(switch: Switch) -> None:
+    """A host of job A sends B's workers look-alike results for the very chunks they wait for
+    (switch-forwarded as ordinary traffic): workers take results only from the aggregator."""
+    hosts = [*JOB_A.hosts, *JOB_B.hosts]
+    install_forwarding(switch, hosts)
+    install_job(switch, JOB_B)
+    rng = np.random.default_rng(6)
+    inputs = [[rng.integers(-2**20, 2**20, LENGTH, dtype=np.int32) for _ in JOB_B.hosts]]
+    forger = JOB_A.hosts[FORGER]
+    forged = 0
+    with InProcessFabric(switch, hosts) as fabric:
+        workers = job_workers(fabric, JOB_B, first_host=len(JOB_A.hosts), window=16)
+        sender = workers[0][0]
+
+        def forge_results() -> None:
+            nonlocal forged
+            seq = sender.next_seq - 1 if sender.next_seq else 0
+            header = IncHeader(opcode=OP_RESULT, job_id=JOB_B.job_id, worker_id=0, count=INC_K,
+                               slot=seq % 16, pool_version=(seq // 16) % 2, seq=seq)
+            for h in JOB_B.hosts:
+                fabric.send_frame(forger.port, forged_result(forger, h, header))
+                forged += 1
+        workers[0][1].after_send = forge_results
+        with ThreadPoolExecutor(len(workers)) as pool:
+            results = [f.result(timeout=HANG_GUARD_S) for f in run_workers([w for w, _ in workers], inputs, pool)]
+    log.info("%d forged results sent host to host to job %d's workers", forged, JOB_B.job_id)
+    for out in results:
+        np.testing.assert_array_equal(out[0], np.sum(inputs[0], axis=0, dtype=np.int32))
+
+
+def test_udp_transport_takes_datagrams_only_from_the_aggregator() -> None:
+    """The kernel-socket transport the Mininet workers use, on loopback."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as aggregator, \
+            socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as forger:
+        aggregator.bind(("127.0.0.1", 0))
+        forger.bind(("127.0.0.1", 0))
+        transport = UdpTransport(aggregator=aggregator.getsockname(), bind=("127.0.0.1", 0))
+        try:
+            forger.sendto(b"forged", transport.address)
+            aggregator.sendto(b"result", transport.address)
+            assert transport.recv(5.0) == b"result"
+            forger.sendto(b"forged", transport.address)
+            assert transport.recv(0.2) is None
+        finally:
+            transport.close()
