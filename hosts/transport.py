@@ -83,8 +83,9 @@ class UdpTransport(_UdpSocket):
 
     def __init__(self, aggregator: tuple[str, int] = (AGG_IP, INC_PORT),
                  bind: tuple[str, int] = ("0.0.0.0", INC_PORT), interface: str | None = None) -> None:
+        # As recvfrom names senders: a dotted IPv4 address (a host name is resolved once here).
+        self.aggregator = (socket.gethostbyname(aggregator[0]), aggregator[1])
         super().__init__(bind, interface)
-        self.aggregator = aggregator
         log.debug("UDP transport on %s to %s", bind, aggregator)
 
     def send(self, payload: bytes) -> None:
