@@ -302,10 +302,14 @@ class _Compiler:
             cond = self.keyset_cond(case.keyset, keys)
             target = case.next_state
             do = "raise Reject(None)" if target == "reject" else f"return {self.state_ref(parser, target)}"
+            if self.trace:
+                do = f"LOG('select %s -> {target}', ({''.join(k + ', ' for k, _ in keys)})); {do}"
             if cond == "True":
                 self.emit(do)
                 return
             self.emit(f"if {cond}: {do}")
+        if self.trace:
+            self.emit("LOG('select: no case matches (error.NoMatch)')")
         self.emit("raise Reject(2)")
 
     def keyset_cond(self, ks: ast.Expr, keys: list) -> str:

@@ -247,7 +247,7 @@ def test_trace_logs_parser_tables_actions_and_output(program, caplog):
     with caplog.at_level(logging.INFO, logger="p4sim.trace"):
         sw.process(3, probe(0, 5))
     text = caplog.text
-    for step in ("packet in: port 3", "state probe", "control I", "packet out: port 5"):
+    for step in ("packet in: port 3", "select (34997,) -> probe", "state probe", "control I", "packet out: port 5"):
         assert step in text
 
 
