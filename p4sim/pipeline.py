@@ -165,6 +165,8 @@ class Switch:
 
     def load(self, program: Program) -> None:
         """Switch to a new pipeline with fresh state."""
+        if not isinstance(program, Program):
+            raise TypeError(f"Switch runs a p4sim.Program (from compile_file), not {type(program).__name__}")
         with self.lock:
             cc, code = program.code(self.trace)
             state = SwitchState(program.info)
