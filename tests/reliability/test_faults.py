@@ -11,7 +11,6 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Iterator
 
 import numpy as np
@@ -58,7 +57,8 @@ class Controller:
 
 
 @pytest.fixture
-def watcher(p4sim_server: InProcessP4sim, pipeline: Pipeline, tmp_path: Path) -> Iterator[Controller]:
+def watcher(p4sim_server: InProcessP4sim, pipeline: Pipeline) -> Iterator[Controller]:
+    """The controller watching the test's switch, a 4-host star."""
     c = Controller(star(N, grpc_port=p4sim_server.port), pipeline)
     c.start()
     try:

@@ -10,7 +10,7 @@ import logging
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -45,12 +45,15 @@ def contributions(star: IncStar) -> int:
     return sum(c["packets"] for c in cells["MyIngress.contributions"])
 
 
-def wait_for_progress(star: IncStar, than: int) -> int:
+def wait_for_progress(star: IncStar, than: int, run: Future) -> int:
     """Wait until the switch has counted more contributions than `than` (the AllReduce runs)."""
     for _ in range(200):
         now = contributions(star)
         if now > than:
             return now
+        if run.done():
+            run.result()            # the workers' own error, if they ended already
+            pytest.fail("the workers finished before the switch counted any contribution")
         time.sleep(0.2)
     pytest.fail("the workers never reached the switch")
 
@@ -60,7 +63,7 @@ def test_controller_setup_again_during_an_allreduce_changes_nothing(star: IncSta
     before = contributions(star)
     with ThreadPoolExecutor(1) as pool:
         run = pool.submit(star.allreduce, inputs, *WORKER_ARGS)
-        wait_for_progress(star, before)
+        wait_for_progress(star, before, run)
         again = subprocess.run(controller(star, "setup"), cwd=REPO_ROOT, capture_output=True, text=True,
                                timeout=120)
         results = run.result(timeout=HANG_GUARD_S)
@@ -84,7 +87,7 @@ def test_switch_killed_mid_allreduce_is_reinstalled_by_watch_and_workers_finish_
         before = contributions(star)
         with ThreadPoolExecutor(1) as pool:
             run = pool.submit(star.allreduce, inputs, *WORKER_ARGS)
-            at_kill = wait_for_progress(star, before) - before
+            at_kill = wait_for_progress(star, before, run) - before
             killed = time.monotonic()
             s1.proc.kill()                      # no clean-up: the switch and all its state are gone
             s1.stop(deleteIntfs=False)
