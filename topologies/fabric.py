@@ -4,15 +4,17 @@ veth pairs to P4Runtime switch nodes, with optional loss and duplication on host
 """
 from __future__ import annotations
 
+import fcntl
 import logging
 import re
 import signal
 import subprocess
 import threading
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import IO, Iterator
 
 from mininet.link import Link, TCLink
 from mininet.net import Mininet
@@ -26,8 +28,18 @@ from topologies.switches import switch_class
 log = logging.getLogger(__name__)
 
 TOPOLOGY_FILE = "topology.json"
+FABRIC_LOCK = Path("/run/lock/p4inc-fabric.lock")
+LOCK_TIMEOUT_S = 1800.0
 IMPAIR_TABLE = "p4inc_impair"
-_NFT_COUNTER = re.compile(r"counter packets (\d+) bytes \d+ (drop|dup)\b")
+_NFT_COUNTER = re.compile(r"counter packets (\d+) bytes \d+ (drop|dup|meta priority)\b")
+_COUNT_NAMES = {"drop": "drop", "dup": "dup", "meta priority": "reorder"}
+# Reordering: the egress rule marks a packet for HTB class 1:20, a slow lane (200 kb/s: one
+# 186-byte INC packet per 7.4 ms, queued behind the lane's earlier ones) that later packets
+# in the fast lane 1:10 overtake. netem would do this; this kernel has no netem.
+_SLOW_LANE = "1:20"
+_LANES = ("qdisc replace dev {intf} root handle 1: htb default 10 r2q 100000",
+          "class add dev {intf} parent 1: classid 1:10 htb rate 10gbit",
+          "class add dev {intf} parent 1: classid " + _SLOW_LANE + " htb rate 200kbit burst 200 cburst 200 quantum 1500")
 
 
 class FabricError(RuntimeError):
@@ -36,12 +48,14 @@ class FabricError(RuntimeError):
 
 @dataclass(frozen=True)
 class Impairment:
-    """Random loss on every host link, both directions, and duplication host -> switch."""
+    """Random loss on every host link, both directions; duplication and reordering host -> switch."""
     loss_pct: float = 0.0
     duplicate_pct: float = 0.0
+    reorder_pct: float = 0.0
 
     def __post_init__(self) -> None:
-        for name, pct in (("loss", self.loss_pct), ("duplicate", self.duplicate_pct)):
+        for name, pct in (("loss", self.loss_pct), ("duplicate", self.duplicate_pct),
+                          ("reorder", self.reorder_pct)):
             if not 0.0 <= pct < 100.0:
                 raise FabricError(f"{name} must be a percentage in [0, 100), not {pct}")
 
@@ -52,6 +66,7 @@ class Impairment:
             return f"numgen random mod 10000 < {round(pct * 100)}"
         egress = [f"{below(self.loss_pct)} counter drop"] if self.loss_pct else []
         egress += [f'{below(self.duplicate_pct)} counter dup to "{intf}"'] if self.duplicate_pct else []
+        egress += [f"{below(self.reorder_pct)} counter meta priority set {_SLOW_LANE}"] if self.reorder_pct else []
         ingress = [f"{below(self.loss_pct)} counter drop"] if self.loss_pct else []
         lines = [f"table netdev {IMPAIR_TABLE} {{"]
         for hook, rules in (("egress", egress), ("ingress", ingress)):
@@ -91,6 +106,8 @@ class Fabric:
     topo: Topology
     options: FabricOptions = field(default_factory=FabricOptions)
     net: Mininet | None = None
+    _impairment: Impairment | None = None
+    _lock: IO[str] | None = None
     _children: list[tuple[subprocess.Popen, Recorded]] = field(default_factory=list)
 
     def __enter__(self) -> Fabric:
@@ -106,6 +123,7 @@ class Fabric:
 
     def start(self) -> None:
         """Write the topology file, create hosts and links, start switches, configure hosts."""
+        self._lock = _machine_lock()
         self.topo.dump(self.options.topology_path)
         cls = switch_class(self.options.target)
         self.net = Mininet(topo=_MininetTopo(self.topo, self.options), switch=cls, controller=None,
@@ -134,13 +152,17 @@ class Fabric:
             end_child(proc)
             rec.path.unlink(missing_ok=True)
         self._children.clear()
-        if self.net is not None:
-            try:
+        try:
+            if self.net is not None:
                 self.net.stop()
-            finally:
+        finally:
+            if self.net is not None:
                 for node in self.net.hosts + self.net.switches:
                     (self.options.run_dir / f"shell-{node.name}.pid").unlink(missing_ok=True)
                 self.net = None
+            if self._lock is not None:
+                self._lock.close()
+                self._lock = None
 
     def host(self, name: str) -> Host:
         if self.net is None:
@@ -182,12 +204,19 @@ class Fabric:
                     node.cmd(f"sysctl -qw net.ipv6.conf.{intf.name}.disable_ipv6=1")
 
     def impair(self, impairment: Impairment | None) -> None:
-        """Replace the loss/duplication rules on every host link (None: no impairment)."""
+        """Replace the loss/duplication/reordering rules on every host link (None: none)."""
+        had_lanes = self._impairment is not None and self._impairment.reorder_pct > 0
+        self._impairment = impairment
         for spec in self.topo.hosts.values():
             host = self.host(spec.name)
             host.cmd(f"nft delete table netdev {IMPAIR_TABLE} 2>/dev/null")
+            if had_lanes:
+                host.cmd(f"tc qdisc del dev {spec.intf} root")
             if impairment is None:
                 continue
+            if impairment.reorder_pct:
+                for line in _LANES:
+                    self.sh(spec.name, "tc " + line.format(intf=spec.intf))
             proc = host.popen(["nft", "-f", "-"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True)
             out, _ = proc.communicate(impairment.nft_ruleset(spec.intf))
@@ -195,13 +224,35 @@ class Fabric:
                 raise FabricError(f"{spec.name}: cannot set loss/duplication on {spec.intf} with nft: {out.strip()}")
 
     def impairment_counts(self) -> dict[str, int]:
-        """Packets the impairment rules dropped and duplicated so far, over all hosts."""
-        counts = {"drop": 0, "dup": 0}
+        """Packets the impairment rules dropped, duplicated and sent down the slow lane so far."""
+        counts = dict.fromkeys(_COUNT_NAMES.values(), 0)
         for spec in self.topo.hosts.values():
             rules = self.host(spec.name).cmd(f"nft list table netdev {IMPAIR_TABLE} 2>/dev/null")
             for packets, verdict in _NFT_COUNTER.findall(rules):
-                counts[verdict] += int(packets)
+                counts[_COUNT_NAMES[verdict]] += int(packets)
         return counts
+
+
+def _machine_lock() -> IO[str]:
+    """Wait for the machine's one fabric slot: interface names like s1-eth1 live in the root
+    namespace, so a second fabric (another test run, `make run`) waits instead of colliding.
+    The lock goes with the open file, also when the process dies."""
+    lock = FABRIC_LOCK.open("w")
+    deadline = time.monotonic() + LOCK_TIMEOUT_S
+    waiting = False
+    while True:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return lock
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                lock.close()
+                raise FabricError(f"another p4inc fabric has held {FABRIC_LOCK} for {LOCK_TIMEOUT_S:.0f} s; "
+                                  "stop it (make stop) and try again") from None
+            if not waiting:
+                log.warning("another p4inc fabric is up on this machine; waiting for it to stop")
+                waiting = True
+            time.sleep(0.5)
 
 
 @contextmanager

@@ -58,6 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--demo-bytes", type=int, default=DEMO_BYTES, help="tensor size of the demo (default: 1 MiB)")
     p.add_argument("--loss", type=float, default=0.0, help="random loss on every host link, percent each way")
     p.add_argument("--duplicate", type=float, default=0.0, help="random duplication host -> switch, percent")
+    p.add_argument("--reorder", type=float, default=0.0,
+                   help="percent of packets host -> switch delayed behind later ones (a slow lane)")
     p.add_argument("--pcap", action="store_true", help="the switches write pcaps to BUILD/pcaps/")
     p.add_argument("--log-console", action="store_true", help="the switches log every packet to BUILD/logs/")
     p.add_argument("-v", "--verbose", action="store_true", help="log what is started and Mininet's steps")
@@ -75,7 +77,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         topo = build_topology(args)
-        impairment = Impairment(args.loss, args.duplicate) if args.loss or args.duplicate else None
+        impairment = (Impairment(args.loss, args.duplicate, args.reorder)
+                      if args.loss or args.duplicate or args.reorder else None)
         options = FabricOptions(target=args.target, build_dir=args.build_dir, pcap=args.pcap,
                                 log_console=args.log_console, impairment=impairment)
         program = compile_program(args.target, args.program, args.build_dir)

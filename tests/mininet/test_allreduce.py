@@ -1,8 +1,8 @@
 """AllReduce through p4sim running allreduce.p4 in a Mininet star: the sums equal numpy's
 (exactly for int32, within block-floating-point tolerance for float32) for N = 2, 4, 8 and
-lengths around the packet size K, also with random loss and duplication on every host link;
-and ordinary traffic (ping) crosses the same switch. The last test repeats a little of it
-on BMv2 where that is installed.
+lengths around the packet size K, also with random loss, duplication and reordering on every
+host link; and ordinary traffic (ping) crosses the same switch. The last test repeats a
+little of it on BMv2 where that is installed.
 """
 import numpy as np
 import pytest
@@ -89,6 +89,16 @@ def test_duplicated_contributions_do_not_change_the_sum(inc_star):
         duplicated = inc_star.fabric.impairment_counts()["dup"]
     assert_float32_sums(results, tensors)
     assert duplicated > 0, "no packet was duplicated: this run proved nothing"
+
+
+@FOUR
+def test_reordered_contributions_do_not_change_the_sum(inc_star):
+    tensors = int32_tensors(inc_star.n, 4_000, seed=8)
+    with inc_star.impaired(Impairment(reorder_pct=5)):
+        results = inc_star.allreduce(tensors)
+        reordered = inc_star.fabric.impairment_counts()["reorder"]
+    assert_int32_sums(results, tensors)
+    assert reordered > 0, "no packet went down the slow lane: this run proved nothing"
 
 
 @ALL_N

@@ -1,6 +1,10 @@
 """The fabric itself, with a stand-in switch target: hosts get their addresses, offloads
 and IPv6 off and impairments; a target that fails to start is reported and nothing leaks.
 """
+import re
+import subprocess
+import time
+
 import pytest
 
 from topologies.cleanup import leftovers
@@ -58,7 +62,26 @@ def test_impairment_drops_and_duplicates_are_counted(star_fabric, dummy_target):
     counts = fabric.impairment_counts()
     assert counts["drop"] > 0 and counts["dup"] > 0
     fabric.impair(None)
-    assert fabric.impairment_counts() == {"drop": 0, "dup": 0}
+    assert fabric.impairment_counts() == {"drop": 0, "dup": 0, "reorder": 0}
+
+
+def test_slow_lane_lets_later_packets_overtake(star_fabric, dummy_target):
+    fabric = star_fabric(2)
+    fabric.impair(Impairment(reorder_pct=30))
+    # Count h1's pings as they leave through s1-eth1 (no switch forwards them): some arrive
+    # after a later one, with nothing lost.
+    fabric.sh("h1", "ip neigh replace 10.0.0.2 lladdr 08:00:00:00:00:02 dev h1-eth0")
+    capture = fabric.popen("s1", ["tcpdump", "-l", "-n", "-i", "s1-eth1", "-c", "40", "icmp"],
+                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    time.sleep(1)    # tcpdump attaches; no assertion depends on this timing
+    fabric.host("h1").cmd("ping -c 40 -i 0.001 -W 0.1 10.0.0.2")
+    out, _ = capture.communicate(timeout=30)
+    seqs = [int(s) for s in re.findall(r"seq (\d+)", out)]
+    assert sorted(seqs) == list(range(1, 41))
+    assert seqs != sorted(seqs)
+    assert fabric.impairment_counts()["reorder"] > 0
+    fabric.impair(None)
+    assert "htb" not in fabric.sh("h1", "tc qdisc show dev h1-eth0")
 
 
 def test_target_that_dies_at_start_is_reported_with_its_log(star_fabric, dummy_target, monkeypatch):

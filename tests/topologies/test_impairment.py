@@ -1,4 +1,4 @@
-"""Link impairment rulesets (loss both ways, duplication host -> switch) as nft reads them."""
+"""Link impairment rulesets (loss both ways, duplication and reordering host -> switch) as nft reads them."""
 import pytest
 
 from topologies.fabric import FabricError, Impairment
@@ -19,11 +19,16 @@ def test_loss_and_duplicates_become_netdev_rules_on_the_interface():
         "}", ""])
 
 
+def test_reordering_marks_packets_for_the_slow_lane():
+    assert "    numgen random mod 10000 < 1000 counter meta priority set 1:20" in (
+        Impairment(reorder_pct=10).nft_ruleset("h3-eth0").splitlines())
+
+
 def test_no_impairment_gives_chains_without_rules():
     assert "numgen" not in Impairment().nft_ruleset("h2-eth0")
 
 
-@pytest.mark.parametrize("loss, dup", [(-1, 0), (100, 0), (0, 150)])
-def test_percentages_outside_0_to_100_are_refused(loss, dup):
+@pytest.mark.parametrize("loss, dup, reorder", [(-1, 0, 0), (100, 0, 0), (0, 150, 0), (0, 0, -5)])
+def test_percentages_outside_0_to_100_are_refused(loss, dup, reorder):
     with pytest.raises(FabricError, match="percentage"):
-        Impairment(loss, dup)
+        Impairment(loss, dup, reorder)
