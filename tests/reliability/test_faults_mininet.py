@@ -24,6 +24,7 @@ pytestmark = pytest.mark.mininet
 log = logging.getLogger(__name__)
 
 LENGTH = 400_000
+KILL_LENGTH = 1_200_000        # long enough to still run after watch has started
 TIMEOUT_MS, RETRIES = 100, 150          # each worker gives up after 15 s without a result
 WORKER_ARGS = ("--timeout", str(TIMEOUT_MS), "--max-retries", str(RETRIES), "--window", "16")
 HANG_GUARD_S = 900.0        # IncStar.allreduce stops the workers after this
@@ -35,9 +36,17 @@ def controller(star: IncStar, *args: str) -> list[str]:
             "--build-dir", str(star.work_dir.parent / "program"), "--program", "allreduce"]
 
 
-def tensors(seed: int) -> list[np.ndarray]:
+def tensors(seed: int, length: int = LENGTH) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
-    return [rng.integers(-2**24, 2**24, LENGTH, dtype=np.int32) for _ in range(4)]
+    return [rng.integers(-2**24, 2**24, length, dtype=np.int32) for _ in range(4)]
+
+
+def wait_for_log(path: Path, text: str, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in path.read_text(errors="replace"):
+        if time.monotonic() > deadline:
+            pytest.fail(f"{path.name} never said {text!r}: {path.read_text(errors='replace')[-1000:]}")
+        time.sleep(0.1)
 
 
 def contributions(star: IncStar) -> int:
@@ -77,17 +86,23 @@ def test_controller_setup_again_during_an_allreduce_changes_nothing(star: IncSta
 
 def test_switch_killed_mid_allreduce_is_reinstalled_by_watch_and_workers_finish_or_time_out(
         star: IncStar, tmp_path: Path) -> None:
-    inputs = tensors(2)
+    inputs = tensors(2, KILL_LENGTH)
     watch_log = tmp_path / "watch.log"
-    with watch_log.open("wb") as log_file:
-        watch = subprocess.Popen(controller(star, "watch") + ["--poll", "0.2"], cwd=REPO_ROOT,
-                                 stdout=subprocess.DEVNULL, stderr=log_file)
     s1 = star.fabric.host("s1")
+    watch = None
     try:
         before = contributions(star)
         with ThreadPoolExecutor(1) as pool:
             run = pool.submit(star.allreduce, inputs, *WORKER_ARGS)
-            at_kill = wait_for_progress(star, before, run) - before
+            wait_for_progress(star, before, run)
+            # Started once the job's slots are cleared, so its later election id keeps it primary.
+            with watch_log.open("wb") as log_file:
+                watch = subprocess.Popen(controller(star, "watch") + ["--poll", "0.2"], cwd=REPO_ROOT,
+                                         stdout=subprocess.DEVNULL, stderr=log_file)
+            wait_for_log(watch_log, "reconciled (pipeline kept")
+            if run.done():
+                pytest.fail(f"the AllReduce ended before the switch was killed: {run.result()!r:.200}")
+            at_kill = contributions(star) - before
             killed = time.monotonic()
             s1.proc.kill()                      # no clean-up: the switch and all its state are gone
             s1.stop(deleteIntfs=False)
@@ -99,8 +114,9 @@ def test_switch_killed_mid_allreduce_is_reinstalled_by_watch_and_workers_finish_
                 outcome = e
             finished = time.monotonic() - killed
     finally:
-        watch.terminate()
-        watch.wait(timeout=60)
+        if watch is not None:
+            watch.terminate()
+            watch.wait(timeout=60)
     text = watch_log.read_text()
     log.info("killed s1 after %d contributions; it served again %.1f s later; workers ended %.1f s after the "
              "kill: %s", at_kill, restarted, finished,
