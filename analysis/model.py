@@ -49,24 +49,26 @@ def _packets(nbytes: float, payload: int) -> int:
 
 
 def terms(algorithm: str, workers: int, nbytes: int, payload: int) -> tuple[float, float, float, float]:
-    """(latency steps, bytes a host sends in sequence, packets a host sends and
-    receives, switch pipeline passes) for one AllReduce of `nbytes` per worker.
+    """(latency steps, bytes a host sends in sequence, packets a host sends and receives,
+    switch pipeline passes) for one AllReduce of `nbytes` per worker.
 
-    Ring: 2(N-1) steps of S/N bytes; each packet is one ingress and one egress pass.
-    Tree: a pipelined binary reduce then broadcast over the hosts, 2*ceil(log2 N)
-        steps of latency; an inner node takes 2S from its children and sends 2S to
-        them, and each of the 2(N-1) tree edges carries S.
+    Ring: 2(N-1) steps of S/N bytes. Our baseline runs over UDP and acknowledges every
+        chunk, so each data packet brings an ack: twice the packets, each one ingress and
+        one egress pass.
+    Tree: a pipelined binary reduce then broadcast over the hosts, 2*ceil(log2 N) steps
+        of latency; an inner node takes 2S from its children and sends 2S to them, and
+        each of the 2(N-1) tree edges carries S.
     INC: one step; each host sends S and gets S back; the switch runs ingress once per
         contribution and egress once per result replica.
     """
     n = workers
     if algorithm == "ring":
-        per_step = _packets(nbytes / n, payload)
-        steps = 2 * (n - 1)
-        return steps, steps * nbytes / n, 2 * steps * per_step, 2 * steps * n * per_step
+        steps, per_step = 2 * (n - 1), _packets(nbytes / n, payload)
+        # per host: data and acks, each sent and received; at the switch: 2 passes each
+        return steps, steps * nbytes / n, 4 * steps * per_step, 4 * steps * n * per_step
     chunks = _packets(nbytes, payload)
     if algorithm == "tree":
-        return 2 * math.ceil(math.log2(n)), 2 * nbytes, 4 * chunks, 2 * 2 * (n - 1) * chunks
+        return 2 * math.ceil(math.log2(n)), 2 * nbytes, 4 * chunks, 4 * (n - 1) * chunks
     if algorithm == "inc":
         return 1, nbytes, 2 * chunks, 2 * n * chunks
     raise ValueError(f"unknown algorithm {algorithm!r}; choose from {ALGORITHMS}")
