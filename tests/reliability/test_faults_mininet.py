@@ -13,11 +13,14 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
+import grpc
 import numpy as np
 import pytest
+from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
+from controller.switch import Pipeline
 from tests.mininet.conftest import IncStar
-from topologies.pieces import PieceError, read_counters
+from topologies.pieces import PieceError
 from topologies.switches import REPO_ROOT
 
 pytestmark = pytest.mark.mininet
@@ -50,8 +53,15 @@ def wait_for_log(path: Path, text: str, timeout: float = 120.0) -> None:
 
 
 def contributions(star: IncStar) -> int:
-    cells = read_counters(star.fabric.options.topology_path, "s1", "p4sim")
-    return sum(c["packets"] for c in cells["MyIngress.contributions"])
+    """The switch's `contributions` counter, read over P4Runtime without arbitration: a
+    `controller counters` run would take over as primary and fail the workers' clear-slots."""
+    pipeline = Pipeline.from_build(star.work_dir.parent / "program", "allreduce")
+    (counter_id,) = [c.preamble.id for c in pipeline.p4info.counters if c.preamble.name == "MyIngress.contributions"]
+    request = p4runtime_pb2.ReadRequest(device_id=0)
+    request.entities.add().counter_entry.counter_id = counter_id
+    with grpc.insecure_channel(star.fabric.topo.switches["s1"].grpc_addr) as channel:
+        responses = p4runtime_pb2_grpc.P4RuntimeStub(channel).Read(request, timeout=30)
+        return sum(e.counter_entry.data.packet_count for r in responses for e in r.entities)
 
 
 def wait_for_progress(star: IncStar, than: int, run: Future) -> int:
