@@ -3,7 +3,6 @@ and IPv6 off and impairments; a target that fails to start is reported and nothi
 """
 import re
 import subprocess
-import time
 
 import pytest
 
@@ -72,9 +71,11 @@ def test_slow_lane_lets_later_packets_overtake(star_fabric, dummy_target):
     # after a later one, with nothing lost.
     fabric.sh("h1", "ip neigh replace 10.0.0.2 lladdr 08:00:00:00:00:02 dev h1-eth0")
     capture = fabric.popen("s1", ["tcpdump", "-l", "-n", "-i", "s1-eth1", "-c", "40", "icmp"],
-                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    time.sleep(1)    # tcpdump attaches; no assertion depends on this timing
-    fabric.host("h1").cmd("ping -c 40 -i 0.001 -W 0.1 10.0.0.2")
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for line in capture.stderr:      # capturing once tcpdump says so, not after some sleep
+        if "listening on s1-eth1" in line:
+            break
+    fabric.host("h1").cmd("ping -c 40 -l 40 -W 0.1 10.0.0.2")     # -l: all 40 back to back
     out, _ = capture.communicate(timeout=30)
     seqs = [int(s) for s in re.findall(r"seq (\d+)", out)]
     assert sorted(seqs) == list(range(1, 41))
