@@ -21,7 +21,7 @@ from .entries import RuntimeConfig
 from .errors import ControllerError
 from .fabric import open_switch, setup_switch, watch
 from .registers import TARGETS
-from .switch import Pipeline, Switch
+from .switch import READ_ONLY_ELECTION_ID, Pipeline, Switch
 
 log = logging.getLogger("controller")
 
@@ -166,13 +166,13 @@ def _install(args: argparse.Namespace) -> int:
 
 
 def _entries(args: argparse.Namespace) -> int:
-    with _one_switch(args) as sw:
+    with _one_switch(args, read_only=True) as sw:
         print(json.dumps(dump_state(sw), indent=2))
     return 0
 
 
 def _counters(args: argparse.Namespace) -> int:
-    with _one_switch(args) as sw:
+    with _one_switch(args, read_only=True) as sw:
         counters = read_counters(sw)
     print(json.dumps({name: [{"packets": p, "bytes": b} for p, b in cells]
                       for name, cells in counters.items()}, indent=2))
@@ -180,7 +180,7 @@ def _counters(args: argparse.Namespace) -> int:
 
 
 def _registers(args: argparse.Namespace) -> int:
-    with _one_switch(args) as sw:
+    with _one_switch(args, read_only=True) as sw:
         values = sw.registers.read(args.name)
     if args.index:
         bad = [i for i in args.index if not 0 <= i < len(values)]
@@ -219,9 +219,10 @@ def _on_job(args: argparse.Namespace, action: Callable[[Switch, Job], None], don
     return 0
 
 
-def _one_switch(args: argparse.Namespace) -> Switch:
+def _one_switch(args: argparse.Namespace, read_only: bool = False) -> Switch:
+    election = _election(args, read_only)
     if args.grpc_addr:
-        return Switch(args.grpc_addr, args.grpc_addr, args.device_id, _election(args),
+        return Switch(args.grpc_addr, args.grpc_addr, args.device_id, election,
                       args.target, args.thrift_port)
     topo = Topology.load(args.topo)
     if args.switch is None:
@@ -229,7 +230,7 @@ def _one_switch(args: argparse.Namespace) -> Switch:
             raise ControllerError(f"{args.topo} has several switches: choose one with --switch "
                                   f"({', '.join(topo.switches)})")
         args.switch = next(iter(topo.switches))
-    return open_switch(topo, args.switch, args.target, _election(args))
+    return open_switch(topo, args.switch, args.target, election)
 
 
 def _names(args: argparse.Namespace, topo: Topology) -> list[str]:
@@ -248,8 +249,12 @@ def _pipeline(args: argparse.Namespace) -> Pipeline:
     return Pipeline.from_build(args.build_dir, args.program)
 
 
-def _election(args: argparse.Namespace) -> tuple[int, int] | None:
-    return None if args.election_id is None else (0, args.election_id)
+def _election(args: argparse.Namespace, read_only: bool = False) -> tuple[int, int] | None:
+    """--election-id if given; else the lowest id for commands that only read, and for the
+    rest None (a fresh, higher id: a restarted controller takes over)."""
+    if args.election_id is not None:
+        return (0, args.election_id)
+    return READ_ONLY_ELECTION_ID if read_only else None
 
 
 if __name__ == "__main__":

@@ -69,6 +69,11 @@ def default_election_id() -> tuple[int, int]:
     return (0, int(time.time() * 1000))
 
 
+# The lowest election id: a session that only reads stays a backup, so it never takes
+# over from a controller that is writing (P4Runtime lets backups read).
+READ_ONLY_ELECTION_ID = (0, 1)
+
+
 class Switch:
     """A P4Runtime session with one device; a context manager that connects and closes.
 

@@ -251,3 +251,15 @@ def test_clear_slots_command_zeroes_a_running_jobs_slots(server, pipeline, topo,
     assert json.loads(shown.stdout) == {"7": 0}
     missing = controller(tmp_path, build_dir, "clear-slots", "5")
     assert missing.returncode == 1 and "no job 5" in missing.stderr
+
+
+def test_read_only_commands_leave_the_writing_controller_primary(server, pipeline, topo, tmp_path, build_dir):
+    with Switch("s1", server.addr) as writer:
+        push_pipeline(writer, pipeline)
+        for command in (("counters",), ("registers", "MyIngress.slot_count"), ("entries",)):
+            proc = controller(tmp_path, build_dir, *command)
+            assert proc.returncode == 0, proc.stderr
+        writer.poll()
+        assert writer.is_primary
+        install_table_entries(writer, [TableEntry("MyIngress.l2_forward", "MyIngress.l2_forward_to",
+                                                  {"port": 3}, {"hdr.ethernet.dstAddr": 0x0800000000AA})])
