@@ -254,12 +254,24 @@ def test_clear_slots_command_zeroes_a_running_jobs_slots(server, pipeline, topo,
 
 
 def test_read_only_commands_leave_the_writing_controller_primary(server, pipeline, topo, tmp_path, build_dir):
+    """The writer keeps writing while a reader reads the largest register (seconds of gRPC)."""
+    argv = [sys.executable, "-m", "controller", "registers", "MyIngress.slot_values",
+            "--topo", str(tmp_path / "topology.json")]
     with Switch("s1", server.addr) as writer:
         push_pipeline(writer, pipeline)
-        for command in (("counters",), ("registers", "MyIngress.slot_count"), ("entries",)):
-            proc = controller(tmp_path, build_dir, *command)
-            assert proc.returncode == 0, proc.stderr
-        writer.poll()
-        assert writer.is_primary
-        install_table_entries(writer, [TableEntry("MyIngress.l2_forward", "MyIngress.l2_forward_to",
-                                                  {"port": 3}, {"hdr.ethernet.dstAddr": 0x0800000000AA})])
+        reader = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        refused, writes = [], 0
+        try:
+            while reader.poll() is None:
+                try:
+                    writer.registers.write("MyIngress.slot_count", {3: writes % 200})
+                except ControllerError as err:
+                    refused.append(str(err))
+                writes += 1
+                time.sleep(0.005)
+        finally:
+            if reader.poll() is None:
+                reader.kill()
+            _, err = reader.communicate()
+        assert reader.returncode == 0, err
+        assert writes > 10 and refused == []
