@@ -7,6 +7,7 @@ TARGET ?= p4sim
 TOPO ?= star
 HOSTS ?= 4
 BUILD_DIR ?= build
+RESULTS ?= results
 PYTEST_ARGS ?=
 
 VENV := .venv
@@ -46,8 +47,13 @@ demo: $(VENV_STAMP)
 test: $(VENV_STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
+# p4sim's packet rate, a worker's packet rate, then INC vs ring in Mininet (about 10 minutes
+# on 2 cores), then the latency model fitted to it and the plots, all in $(RESULTS)/.
 bench: $(VENV_STAMP)
-	$(PY) -m bench
+	$(PY) -m bench.p4sim -o $(RESULTS)/p4sim.json
+	$(PY) -m bench.host -o $(RESULTS)/host.json
+	$(PY) -m bench --target $(TARGET) -o $(RESULTS)/bench.json
+	$(PY) -m analysis $(RESULTS)/bench.json -o $(RESULTS)
 
 # Ends what our fabrics recorded in $(BUILD_DIR)/run, then Mininet's own cleanup (`mn -c`).
 stop:
