@@ -15,6 +15,7 @@ import json
 import logging
 import multiprocessing
 import pstats
+import queue
 import socket
 import sys
 import time
@@ -54,14 +55,12 @@ class EchoTransport:
         self._queue.clear()
 
 
-def _udp_echo(port: int, ready: multiprocessing.synchronize.Event) -> None:
+def _udp_echo(port: int, bound: multiprocessing.Queue) -> None:
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sock.bind(("127.0.0.1", port))
-    ready.set()
+    bound.put(sock.getsockname()[1])
     while True:
         data, peer = sock.recvfrom(2048)
-        if not data:
-            return
         sock.sendto(as_result(data), peer)
 
 
@@ -97,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--elements", type=int, default=1 << 18, help="int32 elements per AllReduce")
     ap.add_argument("--calls", type=int, default=3, help="AllReduce calls per set-up")
     ap.add_argument("--window", type=int, default=16, help="slots in flight")
-    ap.add_argument("--port", type=int, default=48999, help="loopback UDP port of the echo")
+    ap.add_argument("--port", type=int, default=0, help="loopback UDP port of the echo (default: any free one)")
     ap.add_argument("--profile", action="store_true", help="record the hottest functions too")
     ap.add_argument("-o", "--out", type=Path, default=ROOT / "results/host.json", help="JSON output")
     args = ap.parse_args(argv)
@@ -107,14 +106,16 @@ def main(argv: list[str] | None = None) -> int:
     config = JobConfig(job_id=1, worker_id=0, num_workers=1, window=args.window, timeout=0.2)
     results = {"in_process": measure(Worker(config, EchoTransport()), args.elements, args.calls, args.profile)}
 
-    ready = multiprocessing.Event()
-    echo = multiprocessing.Process(target=_udp_echo, args=(args.port, ready), daemon=True)
+    bound: multiprocessing.Queue = multiprocessing.Queue()
+    echo = multiprocessing.Process(target=_udp_echo, args=(args.port, bound), daemon=True)
     echo.start()
     try:
-        if not ready.wait(10):
+        try:
+            port = bound.get(timeout=10)
+        except queue.Empty:
             log.error("the UDP echo did not start")
             return 1
-        transport = UdpTransport(aggregator=("127.0.0.1", args.port), bind=("127.0.0.1", 0))
+        transport = UdpTransport(aggregator=("127.0.0.1", port), bind=("127.0.0.1", 0))
         worker = Worker(config, transport)
         try:
             results["udp_loopback"] = measure(worker, args.elements, args.calls, args.profile)
