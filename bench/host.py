@@ -9,16 +9,12 @@ the bottleneck of the AllReduce benchmark, not the host.
 from __future__ import annotations
 
 import argparse
-import cProfile
-import io
 import json
 import logging
 import multiprocessing
-import pstats
 import queue
 import socket
 import sys
-import time
 from collections import deque
 from pathlib import Path
 
@@ -29,6 +25,7 @@ from hosts.inc import INC_K, OP_RESULT
 from hosts.transport import UdpTransport
 
 from .environment import describe_environment
+from .measure import measured
 
 log = logging.getLogger("bench.host")
 ROOT = Path(__file__).resolve().parent.parent
@@ -67,24 +64,18 @@ def _udp_echo(port: int, bound: multiprocessing.Queue) -> None:
 def measure(worker: Worker, elements: int, calls: int, profile: bool) -> dict:
     tensor = np.arange(elements, dtype=np.int32)
     worker.allreduce(tensor)                        # warm up
-    profiler = cProfile.Profile() if profile else None
-    start = time.perf_counter()
-    if profiler:
-        profiler.enable()
-    for _ in range(calls):
-        result = worker.allreduce(tensor)
-    if profiler:
-        profiler.disable()
-    elapsed = time.perf_counter() - start
+    with measured() as m:
+        for _ in range(calls):
+            result = worker.allreduce(tensor)
     if not np.array_equal(result, tensor):
         raise RuntimeError("the echo returned a different tensor")
     packets = calls * -(-elements // INC_K)
-    out = {"packets": packets, "seconds": elapsed, "packets_per_s": packets / elapsed,
-           "tensor_MB_per_s": calls * elements * 4 / elapsed / 1e6}
-    if profiler:
-        text = io.StringIO()
-        pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(10)
-        out["profile_top"] = text.getvalue().splitlines()
+    out = {"packets": packets, "seconds": m.seconds, "packets_per_s": packets / m.seconds,
+           "tensor_MB_per_s": calls * elements * 4 / m.seconds / 1e6}
+    if profile:
+        with measured(profile=True, lines=10) as p:
+            worker.allreduce(tensor)
+        out["profile_top"] = p.profile_top
     return out
 
 
@@ -97,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--calls", type=int, default=3, help="AllReduce calls per set-up")
     ap.add_argument("--window", type=int, default=16, help="slots in flight")
     ap.add_argument("--port", type=int, default=0, help="loopback UDP port of the echo (default: any free one)")
-    ap.add_argument("--profile", action="store_true", help="record the hottest functions too")
+    ap.add_argument("--profile", action="store_true",
+                    help="also profile one more call and record the hottest functions")
     ap.add_argument("-o", "--out", type=Path, default=ROOT / "results/host.json", help="JSON output")
     args = ap.parse_args(argv)
     if args.elements < 1 or args.calls < 1:

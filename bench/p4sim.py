@@ -7,13 +7,9 @@ switch alone, the number to compare with BMv2's simple_switch.
 from __future__ import annotations
 
 import argparse
-import cProfile
-import io
 import json
 import logging
-import pstats
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -27,6 +23,7 @@ from p4sim import P4Error, Switch, compile_file
 from p4sim.state import TableEntry
 
 from .environment import describe_environment
+from .measure import measured
 
 log = logging.getLogger("bench.p4sim")
 ROOT = Path(__file__).resolve().parent.parent
@@ -104,22 +101,14 @@ def measure(workload: Workload, packets: int, profile: bool) -> dict:
     workload.setup(sw)
     frames = workload.packets(packets)
     outputs = 0
-    profiler = cProfile.Profile() if profile else None
-    start = time.perf_counter()
-    if profiler:
-        profiler.enable()
-    for port, frame in frames:
-        outputs += len(sw.process(port, frame))
-    if profiler:
-        profiler.disable()
-    elapsed = time.perf_counter() - start
+    with measured(profile) as m:
+        for port, frame in frames:
+            outputs += len(sw.process(port, frame))
     result = {"workload": workload.name, "program": str(workload.program.relative_to(ROOT)),
-              "packets": packets, "outputs": outputs, "seconds": elapsed,
-              "packets_per_s": packets / elapsed, "profiled": profile, "stats": dict(sw.stats)}
-    if profiler:
-        text = io.StringIO()
-        pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(12)
-        result["profile_top"] = text.getvalue().splitlines()
+              "packets": packets, "outputs": outputs, "seconds": m.seconds,
+              "packets_per_s": packets / m.seconds, "stats": dict(sw.stats)}
+    if profile:
+        result["profile_top"] = m.profile_top
     return result
 
 
