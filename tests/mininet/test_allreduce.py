@@ -58,13 +58,13 @@ def test_float32_sum_is_within_tolerance_of_numpy(inc_star, length):
     assert_float32_sums(inc_star.allreduce(tensors), tensors)
 
 
-@pytest.mark.parametrize("inc_star", [2], indirect=True, ids=lambda n: f"N{n}")
+@ALL_N
 def test_million_int32_elements_sum_exactly(inc_star):
     tensors = int32_tensors(inc_star.n, 1_000_000, seed=3)
     assert_int32_sums(inc_star.allreduce(tensors), tensors)
 
 
-@FOUR
+@ALL_N
 def test_million_float32_elements_sum_within_tolerance(inc_star):
     tensors = float32_tensors(inc_star.n, 1_000_000, seed=4)
     assert_float32_sums(inc_star.allreduce(tensors), tensors)
