@@ -28,7 +28,7 @@ const bit<4> OP_RESULT   = 2;   // switch -> worker: the sum of all workers' chu
 const bit<8> FLAG_OVERFLOW = 0x01;  // some element's int32 sum wrapped, or a worker said its values did not fit
 const bit<8> FLAG_RESENT   = 0x02;  // a stored result sent again to one worker
 
-#define INC_K 32                 // elements per packet (SwitchML: 32 x 32 bit = 256 B)
+#define INC_K 32                 // elements per packet: 32 x 32 bit = 128 B of tensor
 const bit<32> POOL_SIZE   = 512;               // slots per version, shared by all jobs
 const bit<32> SLOT_COUNT  = 2 * POOL_SIZE;     // register entries: version * POOL_SIZE + slot
 const bit<32> VALUE_COUNT = SLOT_COUNT * INC_K;
