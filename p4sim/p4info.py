@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from google.protobuf import text_format
 from p4.config.v1 import p4info_pb2
 
-from .ir import ActionRef, Param, ProgramInfo
+from .ir import ActionRef, CounterInfo, MeterInfo, Param, ProgramInfo
 
 P4Info = p4info_pb2.P4Info
 Prefix = p4info_pb2.P4Ids
@@ -65,25 +65,11 @@ def build_p4info(info: ProgramInfo) -> P4Info:
         _preamble(msg.preamble, ids.get(Prefix.ACTION, a.name), a.name, aliases, a.annotations)
         _params(msg.params, a.params)
     for c in info.counters.values():
-        unit = p4info_pb2.CounterSpec.Unit.Value(c.unit)
-        if c.direct_table is None:
-            msg = p4info.counters.add(size=c.size)
-            _preamble(msg.preamble, ids.get(Prefix.COUNTER, c.name), c.name, aliases, c.annotations)
-        else:
-            msg = p4info.direct_counters.add(direct_table_id=ids.get(Prefix.TABLE, c.direct_table))
-            _preamble(msg.preamble, ids.get(Prefix.DIRECT_COUNTER, c.name), c.name, aliases,
-                      c.annotations)
-        msg.spec.unit = unit
+        _resource(c, p4info.counters, p4info.direct_counters, Prefix.COUNTER, Prefix.DIRECT_COUNTER,
+                  p4info_pb2.CounterSpec.Unit, ids, aliases)
     for m in info.meters.values():
-        unit = p4info_pb2.MeterSpec.Unit.Value(m.unit)
-        if m.direct_table is None:
-            msg = p4info.meters.add(size=m.size)
-            _preamble(msg.preamble, ids.get(Prefix.METER, m.name), m.name, aliases, m.annotations)
-        else:
-            msg = p4info.direct_meters.add(direct_table_id=ids.get(Prefix.TABLE, m.direct_table))
-            _preamble(msg.preamble, ids.get(Prefix.DIRECT_METER, m.name), m.name, aliases,
-                      m.annotations)
-        msg.spec.unit = unit
+        _resource(m, p4info.meters, p4info.direct_meters, Prefix.METER, Prefix.DIRECT_METER,
+                  p4info_pb2.MeterSpec.Unit, ids, aliases)
     for h in info.controller_headers.values():
         msg = p4info.controller_packet_metadata.add()
         # p4c hashes the header type's name, but names the object (and its alias) after
@@ -234,6 +220,19 @@ def _preamble(preamble: p4info_pb2.Preamble, id_: int, name: str, aliases: _Alia
     for a in docs:
         text = a.split("(", 1)[1].rsplit(")", 1)[0].strip().strip('"')
         setattr(preamble.doc, annotation_name(a), text)
+
+
+def _resource(r: CounterInfo | MeterInfo, indirect, direct, prefix: int, direct_prefix: int, units,
+              ids: _Ids, aliases: _Aliases) -> None:
+    """A counter or meter: an indexed array of its own, or bound to a table entry by entry."""
+    if r.direct_table is None:
+        msg = indirect.add(size=r.size)
+        id_ = ids.get(prefix, r.name)
+    else:
+        msg = direct.add(direct_table_id=ids.get(Prefix.TABLE, r.direct_table))
+        id_ = ids.get(direct_prefix, r.name)
+    _preamble(msg.preamble, id_, r.name, aliases, r.annotations)
+    msg.spec.unit = units.Value(r.unit)
 
 
 def _copied_annotations(annotations: tuple[str, ...]) -> list[str]:
