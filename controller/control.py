@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from p4.v1 import p4runtime_pb2
 from p4runtime_sh.context import P4Type
@@ -97,17 +97,10 @@ def read_multicast_groups(sw: Switch) -> dict[int, MulticastGroup]:
 
 def install_multicast_groups(sw: Switch, groups: Iterable[MulticastGroup]) -> int:
     """Create missing groups and rewrite those whose replicas differ (order-insensitive)."""
-    have = read_multicast_groups(sw)
-    updates = []
-    for g in groups:
-        current = have.get(g.multicast_group_id)
-        if current is not None and sorted(current.replicas, key=_replica_key) == sorted(g.replicas, key=_replica_key):
-            continue
-        kind = Update.INSERT if current is None else Update.MODIFY
-        updates.append(Update(type=kind, entity=p4runtime_pb2.Entity(
-            packet_replication_engine_entry=multicast_group_to_proto(g))))
-    sw.write(updates)
-    return len(updates)
+    def same(a: MulticastGroup, b: MulticastGroup) -> bool:
+        return sorted(a.replicas, key=_replica_key) == sorted(b.replicas, key=_replica_key)
+    return _reconcile_pre(sw, read_multicast_groups(sw), groups, lambda g: g.multicast_group_id,
+                          same, multicast_group_to_proto)
 
 
 def delete_multicast_groups(sw: Switch, group_ids: Iterable[int]) -> int:
@@ -128,15 +121,22 @@ def read_clone_sessions(sw: Switch) -> dict[int, CloneSession]:
 
 
 def install_clone_sessions(sw: Switch, sessions: Iterable[CloneSession]) -> int:
-    have = read_clone_sessions(sw)
+    """Create missing clone sessions and rewrite those that differ."""
+    return _reconcile_pre(sw, read_clone_sessions(sw), sessions, lambda c: c.clone_session_id,
+                          lambda a, b: a == b, clone_session_to_proto)
+
+
+def _reconcile_pre(sw: Switch, have: dict[int, Any], wanted: Iterable[Any], key: Callable[[Any], int],
+                   same: Callable[[Any, Any], bool], to_proto: Callable[[Any], Any]) -> int:
+    """Insert what the replication engine lacks, modify what differs; return the update count."""
     updates = []
-    for s in sessions:
-        current = have.get(s.clone_session_id)
-        if current == s:
+    for item in wanted:
+        current = have.get(key(item))
+        if current is not None and same(current, item):
             continue
         kind = Update.INSERT if current is None else Update.MODIFY
         updates.append(Update(type=kind, entity=p4runtime_pb2.Entity(
-            packet_replication_engine_entry=clone_session_to_proto(s))))
+            packet_replication_engine_entry=to_proto(item))))
     sw.write(updates)
     return len(updates)
 
