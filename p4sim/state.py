@@ -215,7 +215,10 @@ class TableState:
         return list(self._entries.values())
 
     def set_default(self, action: str, args: tuple[int, ...] = ()) -> None:
-        if self.info.const_default_action and action != self.info.default_action:
+        # BMv2 (MatchTable::set_default_action) keeps a const default entry's
+        # arguments too: p4c marks both the action and its data const.
+        if self.info.const_default_action and (action, tuple(args)) != (
+                self.info.default_action, tuple(self.info.default_args)):
             raise StateError("PERMISSION_DENIED",
                              f"table {self.info.name} has a const default action")
         self.default_action, self.default_args = action, tuple(args)

@@ -107,3 +107,14 @@ def test_meter_turns_yellow_then_red_past_its_bursts():
     assert m.execute(1) == GREEN
     m.set_config(cir=0, cburst=1, pir=0, pburst=2)
     assert [m.execute(1) for _ in range(3)] == [GREEN, YELLOW, RED]
+
+
+def test_const_default_action_keeps_its_arguments():
+    """BMv2's MatchTable::set_default_action refuses any change of a const default entry."""
+    t = table(("hdr.a", 8, "exact"), default_action="MyIngress.fwd", default_args=(3,),
+              const_default_action=True)
+    t.set_default("MyIngress.fwd", (3,))
+    with pytest.raises(StateError) as e:
+        t.set_default("MyIngress.fwd", (4,))
+    assert e.value.code == "PERMISSION_DENIED"
+    assert (t.default_action, t.default_args) == ("MyIngress.fwd", (3,))
