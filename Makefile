@@ -7,6 +7,8 @@ TARGET ?= p4sim
 TOPO ?= star
 HOSTS ?= 4
 BUILD_DIR ?= build
+# SLOW=bmv2 (or bmv2-tenth): p4sim serves packets as slowly as BMv2's default build (or a tenth).
+SLOW ?=
 RESULTS ?= results
 PYTEST_ARGS ?=
 
@@ -19,7 +21,8 @@ VENV_STAMP := $(VENV)/.p4inc-requirements
 APT_PACKAGES := mininet iputils-ping bridge-utils ethtool iproute2 tcpdump cpp nftables \
 	net-tools python3 python3-venv procps
 
-RUN := $(PY) -m topologies.run --topo $(TOPO) --hosts $(HOSTS) --target $(TARGET) --build-dir $(BUILD_DIR)
+RUN := $(PY) -m topologies.run --topo $(TOPO) --hosts $(HOSTS) --target $(TARGET) --build-dir $(BUILD_DIR) \
+	$(if $(SLOW),--slow $(SLOW))
 
 .PHONY: setup apt run demo test bench stop clean
 

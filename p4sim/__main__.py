@@ -12,7 +12,7 @@ import threading
 from pathlib import Path
 
 from . import P4Error, Program, Switch, compile_file
-from .dataplane import Dataplane, DataplaneError, parse_interface
+from .dataplane import SLOW_PRESETS, Dataplane, DataplaneError, SlowMode, parse_interface
 from .p4info import build_p4info, to_text
 from .server import P4RuntimeService, serve
 
@@ -29,6 +29,11 @@ Target options may also follow `--`, as simple_switch_grpc takes them:
 The P4Runtime server listens on {DEFAULT_GRPC_ADDR} unless --grpc-server-addr says otherwise
 (simple_switch_grpc binds 0.0.0.0:9559; p4sim stays on loopback unless told).
 The switch is ready when it logs "p4sim ready" and its gRPC port accepts connections.
+
+Slow target (p4sim only, off by default): --slow bmv2 serves 8500 packets/s with 100 us added
+latency and a 1024-packet queue, like BMv2's default build; --slow bmv2-tenth is a tenth of that
+speed. --slow-pps, --slow-queue and --slow-latency-us set or override each figure. Queue drops
+and counts are logged ("slow target: ...") every second and when the switch stops.
 
 Subcommand: python -m p4sim compile PROG.p4 -o DIR  (see `python -m p4sim compile --help`)
 """
@@ -68,8 +73,29 @@ def switch_parser() -> argparse.ArgumentParser:
                    help="extra include directory for a .p4 program")
     p.add_argument("--thrift-port", type=int, metavar="PORT",
                    help="accepted for compatibility and ignored: p4sim has no Thrift server")
+    slow = p.add_argument_group("slow target (p4sim only; off by default)")
+    slow.add_argument("--slow", choices=list(SLOW_PRESETS),
+                      help="act as slow as BMv2's default build (bmv2) or a tenth of it (bmv2-tenth)")
+    slow.add_argument("--slow-pps", type=float, metavar="PPS",
+                      help="packets per second the pipeline serves (service time 1/PPS per received packet)")
+    slow.add_argument("--slow-queue", type=int, metavar="N",
+                      help="packets that may wait for the pipeline; more are dropped and counted")
+    slow.add_argument("--slow-latency-us", type=float, metavar="US",
+                      help="microseconds added to every packet the switch sends")
     _target_options(p)
     return p
+
+
+def slow_mode(args: argparse.Namespace) -> SlowMode | None:
+    """The slow target the flags ask for: a preset, each figure overridable; None if no flag."""
+    if args.slow is None and args.slow_pps is None:
+        if args.slow_queue is not None or args.slow_latency_us is not None:
+            raise ValueError("--slow-queue and --slow-latency-us need --slow or --slow-pps")
+        return None
+    base = SLOW_PRESETS[args.slow] if args.slow else SlowMode(pps=args.slow_pps, queue_depth=1024)
+    return SlowMode(pps=base.pps if args.slow_pps is None else args.slow_pps,
+                    queue_depth=base.queue_depth if args.slow_queue is None else args.slow_queue,
+                    latency_s=base.latency_s if args.slow_latency_us is None else args.slow_latency_us * 1e-6)
 
 
 def _target_options(p: argparse.ArgumentParser) -> None:
@@ -98,6 +124,10 @@ def switch_main(argv: list[str]) -> int:
         interfaces = dict(parse_interface(spec) for spec in args.interface)
     except ValueError as err:
         parser.error(f"-i: {err}")
+    try:
+        args.slow_mode = slow_mode(args)
+    except ValueError as err:
+        parser.error(str(err))
 
     logging.basicConfig(level=LOG_LEVELS[args.log_level], stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s: %(message)s")
@@ -135,7 +165,7 @@ def run_switch(args: argparse.Namespace, program: Program | None, interfaces: di
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     try:
-        dataplane = Dataplane(interfaces, args.pcap)
+        dataplane = Dataplane(interfaces, args.pcap, args.slow_mode)
     except DataplaneError as err:
         print(f"p4sim: {err}", file=sys.stderr)
         return 1
@@ -147,6 +177,9 @@ def run_switch(args: argparse.Namespace, program: Program | None, interfaces: di
                                    program=program)
         switch.on_digest = service.digest
         server, port = serve(service, args.grpc_server_addr or DEFAULT_GRPC_ADDR)
+        if args.slow_mode is not None:
+            log.info("slow target: %.0f packets/s, queue of %d, %.0f us added latency", args.slow_mode.pps,
+                     args.slow_mode.queue_depth, args.slow_mode.latency_s * 1e6)
         log.info("p4sim ready: device %d, P4Runtime on port %d, %s, ports %s", args.device_id, port,
                  program.info.source_file if program else "no program (--no-p4)",
                  ", ".join(f"{n}@{i}" for n, i in sorted(interfaces.items())) or "none")

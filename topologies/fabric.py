@@ -82,6 +82,7 @@ class FabricOptions:
     pcap: bool = False
     log_console: bool = False
     impairment: Impairment | None = None
+    slow: str | None = None         # p4sim's slow-target preset: as slow as BMv2 (bmv2), or a tenth
 
     @property
     def log_dir(self) -> Path:
@@ -282,7 +283,7 @@ class _MininetTopo(Topo):
         for s in self.spec.switches.values():
             self.addSwitch(s.name, grpc_addr=s.grpc_addr, device_id=s.device_id, thrift_port=s.thrift_port,
                            cpu_port=s.cpu_port, log_dir=opts.log_dir, run_dir=opts.run_dir,
-                           pcap_dir=opts.pcap_dir, log_console=opts.log_console)
+                           pcap_dir=opts.pcap_dir, log_console=opts.log_console, slow=opts.slow)
         for link in self.spec.links:
             shaped = {"cls": TCLink, "delay": link.delay, "bw": link.bw} if link.delay or link.bw else {"cls": Link}
             self.addLink(link.a.node, link.b.node, port1=link.a.port or 0, port2=link.b.port or 0, **shaped)

@@ -16,6 +16,7 @@ import numpy as np
 from mininet.cli import CLI
 from mininet.log import setLogLevel
 
+from p4sim.dataplane import SLOW_PRESETS
 from topologies.fabric import Fabric, FabricError, FabricOptions, Impairment
 from topologies.pieces import (DEFAULT_PROGRAM, PieceError, clear_job_slots, compile_program, float_tolerance,
                                read_counters, run_allreduce, setup_controller)
@@ -37,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="examples:\n"
                "  python -m topologies.run --topo star --hosts 4 --cli\n"
                "  python -m topologies.run --hosts 4 --demo --loss 1\n"
+               "  python -m topologies.run --hosts 4 --demo --slow bmv2     # p4sim as slow as BMv2\n"
                "  python -m topologies.run --topo leaf-spine --leaves 2 --spines 1 --hosts 2 --cli",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--topo", choices=("star", "leaf-spine"), default="star", help="fabric shape (default: star)")
@@ -60,6 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--duplicate", type=float, default=0.0, help="random duplication host -> switch, percent")
     p.add_argument("--reorder", type=float, default=0.0,
                    help="percent of packets host -> switch delayed behind later ones (a slow lane)")
+    p.add_argument("--slow", choices=list(SLOW_PRESETS),
+                   help="p4sim only: serve packets as slowly as BMv2's default build (bmv2: 8500/s, 100 us "
+                        "added, a 1024-packet queue that drops when full) or a tenth of that (bmv2-tenth)")
     p.add_argument("--pcap", action="store_true", help="the switches write pcaps to BUILD/pcaps/")
     p.add_argument("--log-console", action="store_true", help="the switches log every packet to BUILD/logs/")
     p.add_argument("-v", "--verbose", action="store_true", help="log what is started and Mininet's steps")
@@ -80,18 +85,24 @@ def main(argv: list[str] | None = None) -> int:
         impairment = (Impairment(args.loss, args.duplicate, args.reorder)
                       if args.loss or args.duplicate or args.reorder else None)
         options = FabricOptions(target=args.target, build_dir=args.build_dir, pcap=args.pcap,
-                                log_console=args.log_console, impairment=impairment)
+                                log_console=args.log_console, impairment=impairment, slow=args.slow)
         program = compile_program(args.target, args.program, args.build_dir)
-        with Fabric(topo, options) as fabric:
-            setup_controller(options.topology_path, args.build_dir, program, args.target)
-            fabric.run_host_commands()
-            print(f"fabric up: {len(topo.hosts)} hosts, switches {', '.join(topo.switches)} ({args.target}); "
-                  f"topology in {options.topology_path}, logs in {options.log_dir}")
-            if args.demo:
-                return demo(fabric, args)
-            if args.cli:
-                CLI(fabric.net)
-        return 0
+        status = 0
+        try:
+            with Fabric(topo, options) as fabric:
+                setup_controller(options.topology_path, args.build_dir, program, args.target)
+                fabric.run_host_commands()
+                print(f"fabric up: {len(topo.hosts)} hosts, switches {', '.join(topo.switches)} ({args.target}); "
+                      f"topology in {options.topology_path}, logs in {options.log_dir}")
+                if args.demo:
+                    status = demo(fabric, args)
+                elif args.cli:
+                    CLI(fabric.net)
+        finally:
+            if args.slow:       # its final counts, logged as it stopped, also when the demo failed
+                for switch in topo.switches:
+                    print(f"{switch} {last_slow_stats(options.log_dir / f'{switch}.log')}")
+        return status
     except KeyboardInterrupt:
         print("\ninterrupted: fabric stopped", file=sys.stderr)
         return 130
@@ -104,6 +115,15 @@ def build_topology(args: argparse.Namespace) -> Topology:
     if args.topo == "leaf-spine":
         return leaf_spine(args.leaves, args.spines, args.hosts)
     return star(args.hosts)
+
+
+def last_slow_stats(log_path: Path) -> str:
+    """The last "slow target: ..." line p4sim logged (its counts when it stopped)."""
+    try:
+        lines = [line for line in log_path.read_text(errors="replace").splitlines() if "slow target: " in line]
+    except OSError:
+        lines = []
+    return lines[-1].partition("slow target: ")[2] if lines else f"(no slow-target counts in {log_path})"
 
 
 def demo(fabric: Fabric, args: argparse.Namespace) -> int:
@@ -129,6 +149,11 @@ def demo(fabric: Fabric, args: argparse.Namespace) -> int:
         packets = {name.rpartition(".")[2]: sum(c["packets"] for c in cells) for name, cells in counters.items()}
         print(f"{switch} counters (packets, zeros left out):",
               " ".join(f"{name}={n}" for name, n in packets.items() if n) or "all zero")
+        delivered = packets.get("results_multicast", 0) * len(job.workers)
+        if delivered:
+            resent = packets.get("results_resent", 0)
+            print(f"{switch} re-sent {resent} results, {100 * resent / delivered:.1f}% of the {delivered} "
+                  f"it delivered ({packets.get('results_multicast', 0)} slots x {len(job.workers)} workers)")
     return 0 if ok else 1
 
 

@@ -42,6 +42,7 @@ class TargetArgs:
     cpu_port: int = CPU_PORT
     pcap_dir: Path | None = None
     log_console: bool = False
+    slow: str | None = None                 # p4sim's --slow preset (bmv2, bmv2-tenth)
 
     def interface_flags(self) -> list[str]:
         return [flag for port, intf in self.ports for flag in ("-i", f"{port}@{intf}")]
@@ -55,11 +56,14 @@ def p4sim_command(args: TargetArgs) -> list[str]:
     """`python -m p4sim` takes simple_switch_grpc's flags, target options inline."""
     return [sys.executable, "-m", "p4sim", *args.interface_flags(), "--device-id", str(args.device_id),
             "--grpc-server-addr", args.grpc_addr, "--cpu-port", str(args.cpu_port),
-            *args.debug_flags(), "--no-p4"]
+            *args.debug_flags(), *(["--slow", args.slow] if args.slow else []), "--no-p4"]
 
 
 def bmv2_command(args: TargetArgs) -> list[str]:
     """simple_switch_grpc: gRPC address and CPU port are target options, after `--`."""
+    if args.slow:
+        raise SwitchError("a slow target (SLOW=, --slow) is p4sim's imitation of BMv2; BMv2 is that slow "
+                          "by itself: leave SLOW unset with TARGET=bmv2")
     path = shutil.which(BMV2_BINARY)
     if path is None:
         raise SwitchError(f"{BMV2_BINARY} is not installed (not on PATH): install BMv2, "
@@ -77,7 +81,7 @@ class P4RuntimeSwitch(Switch):
 
     def __init__(self, name: str, *, grpc_addr: str, device_id: int, thrift_port: int,
                  log_dir: Path, run_dir: Path, cpu_port: int = CPU_PORT, pcap_dir: Path | None = None,
-                 log_console: bool = False, **params) -> None:
+                 log_console: bool = False, slow: str | None = None, **params) -> None:
         super().__init__(name, **params)
         self.grpc_addr = grpc_addr
         self.device_id = device_id
@@ -87,6 +91,7 @@ class P4RuntimeSwitch(Switch):
         self.run_dir = Path(run_dir)
         self.pcap_dir = Path(pcap_dir) if pcap_dir else None
         self.log_console = log_console
+        self.slow = slow
         self.proc: subprocess.Popen | None = None
         self._log_file: IO[bytes] | None = None
         self._pidfile: Recorded | None = None
@@ -97,7 +102,8 @@ class P4RuntimeSwitch(Switch):
 
     def command(self) -> list[str]:
         return self.build_command(TargetArgs(tuple(self.data_ports()), self.device_id, self.grpc_addr,
-                                             self.thrift_port, self.cpu_port, self.pcap_dir, self.log_console))
+                                             self.thrift_port, self.cpu_port, self.pcap_dir, self.log_console,
+                                             self.slow))
 
     @staticmethod
     def build_command(args: TargetArgs) -> list[str]:

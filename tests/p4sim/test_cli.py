@@ -31,7 +31,8 @@ def test_help_explains_the_simple_switch_flags():
     r = p4sim("--help")
     assert r.returncode == 0
     for flag in ("--interface", "--device-id", "--grpc-server-addr", "--cpu-port", "--pcap",
-                 "--log-console", "--no-p4", "--thrift-port", "compile"):
+                 "--log-console", "--no-p4", "--thrift-port", "compile", "--slow {bmv2,bmv2-tenth}",
+                 "--slow-pps", "--slow-queue", "--slow-latency-us"):
         assert flag in r.stdout
 
 
@@ -41,7 +42,9 @@ def test_compile_help():
 
 
 @pytest.mark.parametrize("args", [["--bogus", "--no-p4"], [], ["--no-p4", "-i", "eth0"],
-                                  ["--no-p4", "--device-id", "one"], ["compile", "x.p4"]])
+                                  ["--no-p4", "--device-id", "one"], ["compile", "x.p4"],
+                                  ["--no-p4", "--slow", "tofino"], ["--no-p4", "--slow-queue", "8"],
+                                  ["--no-p4", "--slow", "bmv2", "--slow-pps", "-1"]])
 def test_bad_arguments_print_usage_and_exit_2(args):
     r = p4sim(*args)
     assert r.returncode == 2

@@ -1,9 +1,11 @@
 """The raw-socket data plane: `-i` parsing, and a frame sent through packet_io.p4 between two
 veth pairs whose far ends live in a network namespace (root), with BMv2-named pcaps, both
-in process and through `python -m p4sim -i ...` programmed by p4runtime-shell.
+in process and through `python -m p4sim -i ...` programmed by p4runtime-shell; and the slow
+target's rate, queue drops and latency, measured on a burst through the same veths.
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -18,7 +20,7 @@ from scapy.layers.l2 import Ether
 from scapy.utils import rdpcap
 
 from p4sim import Switch, compile_file
-from p4sim.dataplane import Dataplane, parse_interface
+from p4sim.dataplane import MAX_LAG_SERVICES, Dataplane, SlowMode, parse_interface
 from p4sim.p4info import build_p4info, to_text
 from p4sim.state import TableEntry
 
@@ -149,3 +151,68 @@ def test_switch_process_forwards_between_veths_once_the_controller_installs_an_e
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+# Runs inside the namespace: send BURST numbered frames into port 1's peer back to back, then
+# print, as JSON, when the first left and when each frame came out of port 2's peer.
+BURST_PEER = """
+import json, socket, sys, time
+tx, rx, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+head = bytes.fromhex("000000000002" "000000000001" "88b5") + b"p4sim-slow-test"
+r = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3)); r.bind((rx, 0)); r.settimeout(1.5)
+t = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3)); t.bind((tx, 0))
+sent = time.monotonic()
+for i in range(count):
+    t.send(head + i.to_bytes(4, "big"))
+got = []
+try:
+    while True:
+        data, addr = r.recvfrom(65535)
+        if addr[2] != socket.PACKET_OUTGOING and data.startswith(head):
+            got.append((int.from_bytes(data[len(head):len(head) + 4], "big"), time.monotonic()))
+except socket.timeout:
+    pass
+print(json.dumps({"sent": sent, "got": got}))
+"""
+
+
+@pytest.mark.mininet
+def test_slow_target_serves_at_its_rate_after_its_latency_and_drops_beyond_its_queue(veths):
+    ns, a, b = veths
+    slow = SlowMode(pps=200, queue_depth=20, latency_s=0.05)
+    switch = Switch(compile_file(str(PROGRAM)))
+    switch.state.tables["MyIngress.dmac"].insert(
+        TableEntry((("exact", 0x000000000002),), "MyIngress.set_egress_port", (2,)))
+    dataplane = Dataplane({1: a, 2: b}, slow=slow)
+    stop = threading.Event()
+
+    def on_packet(port: int, data: bytes) -> None:
+        for out_port, out in switch.process(port, data):
+            dataplane.transmit(out_port, out)
+
+    loop = threading.Thread(target=dataplane.run, args=(on_packet, stop))
+    loop.start()
+    try:
+        peer = subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c", BURST_PEER, f"{a}p", f"{b}p", "60"],
+                              capture_output=True, text=True, timeout=60)
+    finally:
+        stop.set()
+        loop.join()
+        dataplane.close()
+    assert peer.returncode == 0, peer.stderr
+    report = json.loads(peer.stdout)
+    seqs, times = [s for s, _ in report["got"]], [t for _, t in report["got"]]
+    stats = dataplane.stats
+    # 60 arrive at once: one in service, 20 wait, the rest are dropped and counted.
+    assert stats.received == 60 and stats.queue_drops == 60 - stats.served >= 60 - 22
+    assert stats.max_queued == slow.queue_depth
+    assert seqs == sorted(seqs) and len(seqs) == stats.served and seqs[0] == 0
+    # Never faster than the rate (a late wake-up may be made up, at most MAX_LAG_SERVICES of it),
+    # and nothing leaves before one service time plus the latency.
+    assert times[-1] - times[0] >= (len(times) - 1 - MAX_LAG_SERVICES) * slow.service_s
+    assert times[0] - report["sent"] >= slow.service_s + slow.latency_s
+
+
+def test_slow_mode_rejects_impossible_figures():
+    with pytest.raises(ValueError, match="pps > 0, queue >= 1 and latency >= 0, not 0 pps, queue 10"):
+        SlowMode(pps=0, queue_depth=10)

@@ -27,6 +27,14 @@ def test_pcap_and_console_log_are_passed_when_asked():
         "--pcap", "build/pcaps", "--log-console", "--no-p4"]
 
 
+def test_slow_preset_is_passed_to_p4sim_and_refused_for_bmv2(monkeypatch):
+    slow = TargetArgs(ARGS.ports, 0, ARGS.grpc_addr, 9090, slow="bmv2-tenth")
+    assert p4sim_command(slow)[-3:] == ["--slow", "bmv2-tenth", "--no-p4"]
+    monkeypatch.setattr(switches.shutil, "which", lambda name: f"/usr/local/bin/{name}")
+    with pytest.raises(SwitchError, match="p4sim's imitation of BMv2.*leave SLOW unset"):
+        bmv2_command(slow)
+
+
 def test_bmv2_puts_grpc_address_and_cpu_port_after_the_double_dash(monkeypatch):
     monkeypatch.setattr(switches.shutil, "which", lambda name: f"/usr/local/bin/{name}")
     assert bmv2_command(ARGS) == [
