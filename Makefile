@@ -65,3 +65,11 @@ stop:
 
 clean: stop
 	rm -rf $(BUILD_DIR) results pcaps logs *.pcap
+
+# Tensor-parallel decoding on a star of N = 2, 4, 8 hosts (TP_WORKERS), with INC and with the
+# host ring, each checked against the single-process reference: a table, $(RESULTS)/tp.json and tp.png.
+TP_WORKERS ?= 2 4 8
+TP_TOKENS ?= 16
+.PHONY: demo-tp
+demo-tp: $(VENV_STAMP)
+	$(PY) -m workloads.demo --target $(TARGET) --workers $(TP_WORKERS) --tokens $(TP_TOKENS) -o $(RESULTS)/tp.json

@@ -1,0 +1,27 @@
+"""A short tensor-parallel decoding in a Mininet star of 2 hosts on p4sim: the launcher-style
+workers generate the single-process reference's tokens, with INC and with the host ring."""
+import pytest
+from tqdm import tqdm
+
+from workloads.decoder import prompt_tokens, reference_generate
+from workloads.demo import run_decoder
+from workloads.tp_worker import build_parser, model_config
+
+pytestmark = pytest.mark.mininet
+FLAGS = ["--layers", "4", "--hidden", "1024", "--prompt-length", "2", "--tokens", "3"]
+
+
+@pytest.mark.parametrize("inc_star", [2], indirect=True, ids=lambda n: f"N{n}")
+@pytest.mark.parametrize("backend", ["inc", "ring"])
+def test_decoder_on_two_hosts_generates_the_reference_tokens(inc_star, backend, tmp_path):
+    config = model_config(build_parser().parse_args([*FLAGS, "-o", str(tmp_path)]))
+    reference = reference_generate(config, prompt_tokens(config, 2), 3)
+    before = inc_star.counters()["MyIngress.contributions"]
+    with tqdm(disable=True) as progress:
+        run = run_decoder(inc_star.fabric, backend, FLAGS, tmp_path, progress, reference, timeout_s=300)
+    assert run.backend == backend and len(run.step_s) == 3
+    assert run.comparison.tokens_equal and run.comparison.ok, run.comparison
+    added = inc_star.counters()["MyIngress.contributions"] - before
+    # Each of the 4 steps (1 prompt, 3 new) AllReduces 2 * layers + 1 vectors of 32 packets per worker.
+    steps, per_step = 4, (2 * config.layers + 1) * config.hidden // 32 * inc_star.n
+    assert added >= steps * per_step if backend == "inc" else added == 0

@@ -1,0 +1,73 @@
+"""A stand-in for the switch on loopback UDP, for tests without root: it sums each chunk's
+int32 contributions from a job's workers (wrapping, as the switch's registers do), ORs the
+flags, takes the max need, and sends the result to every contributor from its own address;
+a contribution for a finished chunk gets the stored result again. No slots, no versions:
+chunks are keyed by seq, which is enough for workers that follow the protocol.
+"""
+from __future__ import annotations
+
+import socket
+import threading
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hosts.inc import OP_CONTRIB, OP_RESULT, IncFormatError, IncHeader, pack, unpack
+
+
+@dataclass
+class _Round:
+    sums: np.ndarray
+    flags: int = 0
+    need: int = -128
+    senders: dict[int, tuple[str, int]] = field(default_factory=dict)
+    result: bytes | None = None
+
+
+class LoopbackAggregator:
+    """Serves one job of `num_workers` on 127.0.0.1 until closed; `address` is (ip, port)."""
+
+    def __init__(self, job_id: int, num_workers: int) -> None:
+        self.job_id = job_id
+        self.num_workers = num_workers
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.settimeout(0.05)
+        self.address = self.sock.getsockname()
+        self.results = 0
+        self._rounds: dict[int, _Round] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="loopback-aggregator", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.sock.close()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                data, sender = self.sock.recvfrom(2048)
+                header, elements = unpack(data)
+            except (TimeoutError, IncFormatError):
+                continue
+            if header.opcode != OP_CONTRIB or header.job_id != self.job_id:
+                continue
+            r = self._rounds.setdefault(header.seq, _Round(np.zeros_like(elements)))
+            if r.result is not None:
+                self.sock.sendto(r.result, sender)
+                continue
+            if header.worker_id in r.senders:
+                continue
+            r.senders[header.worker_id] = sender
+            r.sums += elements
+            r.flags |= header.flags
+            r.need = max(r.need, header.need)
+            if len(r.senders) == self.num_workers:
+                r.result = pack(IncHeader(OP_RESULT, self.job_id, 0, header.count, header.slot,
+                                          header.pool_version, header.seq, r.flags, header.exponent, r.need),
+                                r.sums)
+                self.results += 1
+                for address in r.senders.values():
+                    self.sock.sendto(r.result, address)

@@ -1,0 +1,263 @@
+"""`make demo-tp`: the tensor-parallel decoder on N Mininet hosts, once with the switch summing
+(INC) and once with the host ring, each checked against the single-process reference; prints
+per-token latency (median, p99), tokens/s and the share of time in collectives, and writes
+JSON and a PNG. Every worker is `python -m workloads.tp_worker` started with torchrun-style
+environment variables, as a launcher would start it.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import select
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from bench.environment import describe_environment
+from topologies.fabric import Fabric, FabricError, FabricOptions
+from topologies.pieces import DEFAULT_PROGRAM, PieceError, clear_job_slots, compile_program, setup_controller
+from topologies.procs import end_child
+from topologies.spec import TopologyError, star
+from topologies.switches import REPO_ROOT
+from workloads.decoder import Comparison, DecoderConfig, compare, prompt_tokens, reference_generate
+from workloads.tp_worker import add_model_arguments, model_config
+
+log = logging.getLogger("workloads.demo")
+BACKENDS = ("inc", "ring")
+MASTER_PORT = 29500
+
+
+class DemoError(RuntimeError):
+    """A run that failed or did not finish; the message carries the workers' stderr."""
+
+
+@dataclass(frozen=True)
+class Run:
+    """One generation on every host: rank 0's per-token step and collective seconds, and the check."""
+    backend: str
+    workers: int
+    step_s: list[float]
+    comm_s: list[float]
+    comparison: Comparison
+
+
+@dataclass(frozen=True)
+class Summary:
+    backend: str
+    workers: int
+    tokens: int
+    median_ms: float
+    p99_ms: float
+    tokens_per_s: float
+    comm_share: float
+    correct: bool
+    max_logit_error: float
+    tolerance: float
+
+    @classmethod
+    def of(cls, runs: list[Run]) -> Summary:
+        steps = np.concatenate([r.step_s for r in runs])
+        comm = np.concatenate([r.comm_s for r in runs])
+        return cls(runs[0].backend, runs[0].workers, len(steps), 1e3 * float(np.median(steps)),
+                   1e3 * float(np.percentile(steps, 99)), len(steps) / float(steps.sum()),
+                   float(comm.sum() / steps.sum()), all(r.comparison.ok for r in runs),
+                   max(r.comparison.max_error for r in runs), runs[0].comparison.tolerance)
+
+
+def run_decoder(fabric: Fabric, backend: str, worker_args: list[str], work_dir: Path,
+                progress: tqdm, reference, timeout_s: float) -> Run:
+    """Start one tp_worker per host with launcher variables, follow rank 0's progress, check."""
+    job = fabric.topo.jobs[0]
+    hosts = [fabric.topo.hosts[h] for h in job.workers]
+    out_dir = work_dir / f"{backend}-n{len(hosts)}"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for old in out_dir.glob("rank*.npz"):
+        old.unlink()
+    clear_job_slots(fabric.options.topology_path, job.job_id, fabric.options.target)
+    procs = []
+    try:
+        for rank, host in enumerate(hosts):
+            # One BLAS thread per rank, as torchrun sets OMP_NUM_THREADS=1: N ranks share the cores,
+            # and OpenBLAS's spinning helper threads would slow every rank several-fold.
+            env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "RANK": str(rank), "WORLD_SIZE": str(len(hosts)), "LOCAL_RANK": "0",
+                   "MASTER_ADDR": hosts[0].address, "MASTER_PORT": str(MASTER_PORT),
+                   "P4INC_JOB_ID": str(job.job_id), "P4INC_INTERFACE": host.intf}
+            stderr = open(out_dir / f"rank{rank}.err", "w")
+            procs.append(fabric.popen(host.name, [sys.executable, "-m", "workloads.tp_worker", "--backend", backend,
+                                                  "-o", str(out_dir), *worker_args],
+                                      cwd=REPO_ROOT, env=env, text=True, stderr=stderr,
+                                      stdout=subprocess.PIPE if rank == 0 else subprocess.DEVNULL))
+            stderr.close()
+        _follow(procs[0], progress, f"N={len(hosts)} {backend}", timeout_s)
+        deadline = time.monotonic() + 30
+        for proc in procs:
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        failed = [f"rank {r} (exit {p.returncode}): {(out_dir / f'rank{r}.err').read_text().strip()[-400:]}"
+                  for r, p in enumerate(procs) if p.returncode != 0]
+        if failed:
+            raise DemoError(f"N={len(hosts)} {backend}: " + "; ".join(failed))
+    finally:
+        for proc in procs:
+            end_child(proc)
+    shards = [np.load(out_dir / f"rank{r}.npz") for r in range(len(hosts))]
+    tokens = shards[0]["tokens"].tolist()
+    if any(s["tokens"].tolist() != tokens for s in shards):
+        raise DemoError(f"N={len(hosts)} {backend}: the ranks generated different tokens")
+    logits = np.concatenate([s["logits"] for s in shards], axis=1)
+    return Run(backend, len(hosts), shards[0]["step_s"].tolist(), shards[0]["comm_s"].tolist(),
+               compare(tokens, logits, reference))
+
+
+def _follow(proc: subprocess.Popen, progress: tqdm, label: str, timeout_s: float) -> None:
+    """Advance the progress bar on each token rank 0 reports, until it is done or stalls."""
+    progress.set_postfix_str(label)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        ready, _, _ = select.select([proc.stdout], [], [], max(0.0, deadline - time.monotonic()))
+        line = proc.stdout.readline() if ready else ""
+        if not line:
+            if not ready:
+                raise DemoError(f"{label}: rank 0 reported nothing for {timeout_s:.0f} s")
+            return                                # rank 0 ended; its exit code says how
+        message = json.loads(line)
+        if message.get("done"):
+            return
+        progress.update()
+
+
+def print_table(summaries: list[Summary]) -> None:
+    by = {(s.workers, s.backend): s for s in summaries}
+    print(f"{'N':>2} {'backend':7} {'median ms':>10} {'p99 ms':>8} {'tokens/s':>9} {'in collectives':>15} "
+          f"{'INC speedup':>11}  check")
+    for s in summaries:
+        ring = by.get((s.workers, "ring"))
+        speedup = f"{s.tokens_per_s / ring.tokens_per_s:.2f}x" if s.backend == "inc" and ring else ""
+        check = "OK" if s.correct else "WRONG"
+        print(f"{s.workers:>2} {s.backend:7} {s.median_ms:>10.1f} {s.p99_ms:>8.1f} {s.tokens_per_s:>9.2f} "
+              f"{100 * s.comm_share:>14.0f}% {speedup:>11}  {check} (max logit error {s.max_logit_error:.2g}, "
+              f"tolerance {s.tolerance:.2g})")
+
+
+def plot(summaries: list[Summary], path: Path, title: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ns = sorted({s.workers for s in summaries})
+    by = {(s.workers, s.backend): s for s in summaries}
+    fig, (rate, latency) = plt.subplots(1, 2, figsize=(10, 4))
+    width = 0.38
+    for i, backend in enumerate(BACKENDS):
+        xs = [j + (i - 0.5) * width for j in range(len(ns))]
+        got = [by.get((n, backend)) for n in ns]
+        rate.bar(xs, [s.tokens_per_s if s else 0 for s in got], width, label=backend.upper() if backend == "inc"
+                 else "host ring")
+        med = [s.median_ms if s else 0 for s in got]
+        p99 = [s.p99_ms - s.median_ms if s else 0 for s in got]
+        latency.bar(xs, med, width, yerr=[np.zeros(len(ns)), p99], capsize=3,
+                    label=("INC" if backend == "inc" else "host ring") + " (bar median, whisker p99)")
+    for ax, ylabel in ((rate, "tokens/s"), (latency, "per-token latency, ms")):
+        ax.set_xticks(range(len(ns)), [f"N={n}" for n in ns])
+        ax.set_ylabel(ylabel)
+        ax.legend()
+    fig.suptitle(title)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m workloads.demo",
+        description="Tensor-parallel decoding on a Mininet star: INC AllReduce against the host ring, both "
+                    "checked against the single-process reference. Needs root. Prints a table; writes JSON "
+                    "and a PNG.",
+        epilog="example (the numbers in docs/results):\n"
+               "  python -m workloads.demo --workers 2 4 8 --tokens 64 --reps 3 -o docs/results/tp.json",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--workers", type=int, nargs="+", default=[2, 4, 8], help="world sizes, each dividing 8 "
+                   "(default 2 4 8)")
+    add_model_arguments(p)
+    p.add_argument("--reps", type=int, default=1, help="generations per backend and N, alternating which "
+                   "backend goes first (default 1)")
+    p.add_argument("--target", choices=("p4sim", "bmv2"), default=os.environ.get("TARGET", "p4sim"))
+    p.add_argument("--run-timeout", type=float, default=300.0, help="give up on a run that reports no token "
+                   "for this many seconds (default 300)")
+    p.add_argument("-o", "--out", type=Path, default=REPO_ROOT / "results" / "tp.json",
+                   help="JSON results; the plot goes next to it as .png (default results/tp.json)")
+    args = p.parse_args(argv)
+    try:
+        config = model_config(args)
+        for n in args.workers:
+            config.check_world(n)
+    except ValueError as e:
+        p.error(str(e))
+    if args.reps < 1 or args.tokens < 1 or args.prompt_length < 1:
+        p.error("--reps, --tokens and --prompt-length must be at least 1")
+    if os.geteuid() != 0:
+        p.error("Mininet needs root: run as root (sudo make demo-tp)")
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    worker_args = _model_flags(args)
+    print(f"reference: {config.layers} layers, hidden {config.hidden}, {config.heads} heads, ffn {config.ffn}, "
+          f"vocab {config.vocab}, float32; {args.tokens} tokens after a {args.prompt_length}-token prompt ...")
+    reference = reference_generate(config, prompt_tokens(config, args.prompt_length), args.tokens)
+    print(f"reference tokens: {reference.tokens}")
+    build = REPO_ROOT / "build" / "tp"
+    options = FabricOptions(target=args.target, build_dir=build)
+    runs: list[Run] = []
+    started = time.monotonic()
+    try:
+        program = compile_program(args.target, DEFAULT_PROGRAM, build)
+        with tqdm(total=len(args.workers) * len(BACKENDS) * args.reps * args.tokens, unit="token") as progress:
+            for n in args.workers:
+                with Fabric(star(n), options) as fabric:
+                    setup_controller(options.topology_path, build, program, args.target)
+                    for rep in range(args.reps):
+                        for backend in (BACKENDS if rep % 2 == 0 else BACKENDS[::-1]):
+                            runs.append(run_decoder(fabric, backend, worker_args, build / "runs", progress,
+                                                    reference, args.run_timeout))
+    except (DemoError, FabricError, PieceError, TopologyError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("\ninterrupted: fabric stopped", file=sys.stderr)
+        return 130
+    summaries = [Summary.of([r for r in runs if (r.workers, r.backend) == key])
+                 for key in sorted({(r.workers, r.backend) for r in runs})]
+    print_table(summaries)
+    min_margin = min(r.comparison.min_margin for r in runs)
+    print(f"reference's smallest top-1/top-2 logit margin: {min_margin:.3g} (token choices are not near-ties)")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({
+        "environment": describe_environment(args.target),
+        "config": {**asdict(config), "prompt_length": args.prompt_length, "tokens": args.tokens,
+                   "reps": args.reps, "duration_s": time.monotonic() - started},
+        "reference_tokens": reference.tokens,
+        "summaries": [asdict(s) for s in summaries],
+        "runs": [{**asdict(r), "comparison": {**asdict(r.comparison), "ok": r.comparison.ok}} for r in runs]},
+        indent=2))
+    png = args.out.with_suffix(".png")
+    plot(summaries, png, f"{config.layers}-layer decoder, hidden {config.hidden}, float32, {args.target}")
+    print(f"wrote {args.out} and {png}")
+    return 0 if all(s.correct for s in summaries) else 1
+
+
+def _model_flags(args: argparse.Namespace) -> list[str]:
+    return ["--layers", str(args.layers), "--hidden", str(args.hidden), "--heads", str(args.heads),
+            "--ffn", str(args.ffn), "--vocab", str(args.vocab), "--seed", str(args.seed),
+            "--prompt-length", str(args.prompt_length), "--tokens", str(args.tokens)]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

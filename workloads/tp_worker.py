@@ -1,0 +1,90 @@
+"""One rank of the tensor-parallel decoder, as a launcher starts it: rank and world size come
+from the environment (torchrun's RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT or Open MPI's
+OMPI_COMM_WORLD_*), the collectives from hosts.dist. Writes this rank's tokens, logits slice
+and timings to OUT_DIR/rank<R>.npz; rank 0 prints one JSON line per generated token (progress)
+and a last line with the summary.
+
+    RANK=0 WORLD_SIZE=2 MASTER_ADDR=10.0.0.1 MASTER_PORT=29500 python -m workloads.tp_worker --tokens 8 -o out/
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from hosts import dist
+from hosts.agent import IncError
+from workloads.decoder import Decoder, DecoderConfig, load_shard, prompt_tokens
+
+
+def add_model_arguments(p: argparse.ArgumentParser) -> None:
+    """The decoder's shape and seed, shared with the demo driver that computes the reference."""
+    d = DecoderConfig()
+    p.add_argument("--layers", type=int, default=d.layers, help=f"transformer layers (default {d.layers})")
+    p.add_argument("--hidden", type=int, default=d.hidden, help=f"hidden size (default {d.hidden})")
+    p.add_argument("--heads", type=int, default=d.heads, help=f"attention heads (default {d.heads})")
+    p.add_argument("--ffn", type=int, default=d.ffn, help=f"MLP width (default {d.ffn})")
+    p.add_argument("--vocab", type=int, default=d.vocab, help=f"vocabulary size (default {d.vocab})")
+    p.add_argument("--seed", type=int, default=d.seed, help=f"weights and prompt seed (default {d.seed})")
+    p.add_argument("--prompt-length", type=int, default=4, help="seeded prompt tokens fed first (default 4)")
+    p.add_argument("--tokens", type=int, default=16, help="tokens to generate (default 16)")
+
+
+def model_config(args: argparse.Namespace) -> DecoderConfig:
+    return DecoderConfig(layers=args.layers, hidden=args.hidden, heads=args.heads, ffn=args.ffn,
+                         vocab=args.vocab, seed=args.seed,
+                         max_positions=max(DecoderConfig.max_positions, args.prompt_length + args.tokens))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m workloads.tp_worker",
+        description="One rank of the tensor-parallel decoder. Start one per worker host under a launcher "
+                    "(torchrun-style RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, or mpirun's OMPI_COMM_WORLD_* "
+                    "plus MASTER_ADDR/MASTER_PORT); P4INC_JOB_ID, P4INC_AGGREGATOR, P4INC_INTERFACE say "
+                    "where the switch is (docs/multi_machine.md).")
+    add_model_arguments(p)
+    p.add_argument("--backend", choices=dist.BACKENDS, default=os.environ.get("P4INC_BACKEND", "auto"),
+                   help="inc: the switch sums; ring: host ring; auto: the switch if it answers, else the ring "
+                        "(default $P4INC_BACKEND or auto)")
+    p.add_argument("-o", "--out-dir", type=Path, required=True, help="where rank<R>.npz is written")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(name)s %(levelname)s %(message)s")
+    try:
+        config = model_config(args)
+        group = dist.init_process_group(args.backend)
+        config.check_world(group.world_size)
+    except (ValueError, OSError, dist.DistError, IncError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    try:
+        decoder = Decoder(load_shard(config, group.rank, group.world_size), group)
+        progress = (lambda i, tok, s: print(json.dumps({"token": i, "id": tok, "ms": 1e3 * s}), flush=True)) \
+            if group.rank == 0 else None
+        out = decoder.generate(prompt_tokens(config, args.prompt_length), args.tokens, progress)
+    except IncError as e:
+        print(f"error: rank {group.rank}: {e}", file=sys.stderr)
+        return 1
+    finally:
+        dist.destroy_process_group()
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    np.savez(args.out_dir / f"rank{group.rank}.npz", tokens=np.array(out.tokens),
+             logits=np.array(out.logits), step_s=np.array([s.total for s in out.steps]),
+             comm_s=np.array([s.comm for s in out.steps]))
+    if group.rank == 0:
+        print(json.dumps({"done": True, "backend": group.backend, "fallbacks": group.stats.fallbacks,
+                          "calls": group.stats.calls}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
