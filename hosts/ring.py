@@ -1,6 +1,8 @@
 """The baseline the switch is measured against: a host ring AllReduce (reduce-scatter, then
-all-gather, 2(N-1) steps) over UDP between hosts, with the INC packet format, the same
-K-element chunks, a window of unacknowledged chunks and retransmission; the switch only forwards.
+all-gather, 2(N-1) steps) over UDP between hosts, with the INC packet format and the same
+K-element chunks. Its transport is the best reliable one we could give it: a window of
+chunks in flight, delayed cumulative acks with a selective-ack bitmap (one ack per several
+chunks, as TCP does), fast retransmission of a hole and a timeout; the switch only forwards.
 """
 from __future__ import annotations
 
@@ -18,6 +20,9 @@ from hosts.transport import PeerTransport
 
 log = logging.getLogger(__name__)
 
+SACK_SEQS = 32 * INC_K       # an ack's elements are a bitmap of the seqs after its cumulative one
+DUP_THRESHOLD = 3            # chunks selectively acked above a hole before it is sent again at once
+
 
 @dataclass(frozen=True)
 class RingConfig:
@@ -27,14 +32,29 @@ class RingConfig:
     window: int = 16             # unacknowledged chunks to the next rank
     timeout: float = 0.02        # seconds before a chunk is sent again
     max_retries: int = 200       # also: a step with nothing new for timeout * (max_retries + 1) fails
+    ack_every: int | None = None     # in-order chunks per ack (default: half the window)
+    ack_delay: float | None = None   # longest an in-order chunk waits for its ack (default: timeout / 4)
 
     def __post_init__(self) -> None:
         if not 1 <= self.num_workers <= MAX_WORKERS:
             raise ValueError(f"num_workers must be 1..{MAX_WORKERS}, not {self.num_workers}")
         if not 0 <= self.rank < self.num_workers:
             raise ValueError(f"rank must be 0..{self.num_workers - 1}, not {self.rank}")
-        if self.window < 1 or self.timeout <= 0 or self.max_retries < 0:
-            raise ValueError("window must be at least 1, timeout positive, max_retries not negative")
+        if not 1 <= self.window <= SACK_SEQS or self.timeout <= 0 or self.max_retries < 0:
+            raise ValueError(f"window must be 1..{SACK_SEQS}, timeout positive, max_retries not negative")
+        if self.ack_every is not None and self.ack_every < 1:
+            raise ValueError(f"ack_every must be at least 1, not {self.ack_every}")
+        if self.ack_delay is not None and not 0 <= self.ack_delay < self.timeout:
+            raise ValueError("ack_delay must be at least 0 and below the timeout, or the sender resends "
+                             "what arrived")
+
+    @property
+    def chunks_per_ack(self) -> int:
+        return self.ack_every if self.ack_every is not None else max(1, self.window // 2)
+
+    @property
+    def ack_delay_s(self) -> float:
+        return self.ack_delay if self.ack_delay is not None else self.timeout / 4
 
 
 @dataclass
@@ -45,25 +65,37 @@ class _Unacked:
 
 
 @dataclass
+class RingStats:
+    """What the ring sent, for tests and benchmarks: data chunks (with their retransmissions) and acks."""
+    chunks: int = 0
+    retransmissions: int = 0
+    acks: int = 0
+
+
+@dataclass
 class RingWorker:
     """One rank of a ring. Like `Worker`, every rank must make the same calls in the same order.
 
-    A service thread acknowledges and collects the previous rank's chunks and retransmits
-    this rank's, also between calls: a rank whose call has returned may still owe its
-    successor a lost chunk. Call `close` when done.
+    Each directed link (rank r to r+1) numbers its chunks 0, 1, 2, ... without gaps, so the
+    receiver can acknowledge all chunks below a seq at once. A service thread acknowledges
+    and collects the previous rank's chunks and retransmits this rank's, also between calls:
+    a rank whose call has returned may still owe its successor a lost chunk. Call `close`.
     """
     config: RingConfig
     transport: PeerTransport
-    next_seq: int = 0
+    stats: RingStats = field(default_factory=RingStats)
+    _send_next: int = field(default=0, repr=False)    # seq of this rank's next chunk to the next rank
+    _recv_next: int = field(default=0, repr=False)    # seq of the next chunk a call expects from the previous
     _unacked: dict[int, _Unacked] = field(default_factory=dict, repr=False)    # by seq, to the next rank
-    _received: dict[int, np.ndarray] = field(default_factory=dict, repr=False)  # by seq, from the previous rank
-    _horizon: int = field(default=0, repr=False)      # chunks below this seq were consumed
+    _received: dict[int, np.ndarray] = field(default_factory=dict, repr=False)  # by seq, not yet consumed
+    _cumulative: int = field(default=0, repr=False)   # every chunk below this seq has arrived
+    _ack_pending: int = field(default=0, repr=False)  # in-order chunks since the last ack
+    _ack_due: float = field(default=float("inf"), repr=False)
     _cv: threading.Condition = field(default_factory=threading.Condition, repr=False)
     _stop: threading.Event = field(default_factory=threading.Event, repr=False)
     _thread: threading.Thread | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
-        self._horizon = self.next_seq
         self._thread = threading.Thread(target=self._serve, name=f"ring-{self.config.rank}", daemon=True)
         self._thread.start()
 
@@ -79,16 +111,13 @@ class RingWorker:
         chunks = np.zeros((m, INC_K), array.dtype)
         chunks.ravel()[:array.size] = array.ravel()
         bounds = np.linspace(0, m, n + 1).round().astype(int)   # segment s is chunks bounds[s]:bounds[s+1]
-        seg_len = int(np.max(np.diff(bounds)))
-        base = self.next_seq
-        self.next_seq += 2 * (n - 1) * seg_len
         for step in range(2 * (n - 1)):
             # Reduce-scatter leaves rank r with segment r+1 summed; all-gather passes the sums on.
+            # With fewer chunks than ranks some segments are empty and their steps send nothing.
             send_seg = (rank - step) % n if step < n - 1 else (rank + 1 - (step - n + 1)) % n
             recv_seg = (send_seg - 1) % n
-            first = base + step * seg_len
-            self._send_all(first, chunks[bounds[send_seg]:bounds[send_seg + 1]])
-            received = self._wait_for(first, bounds[recv_seg + 1] - bounds[recv_seg], first + seg_len)
+            self._send_all(chunks[bounds[send_seg]:bounds[send_seg + 1]])
+            received = self._wait_for(bounds[recv_seg + 1] - bounds[recv_seg])
             if step < n - 1:
                 chunks[bounds[recv_seg]:bounds[recv_seg + 1]] += received.view(array.dtype)
             else:
@@ -105,34 +134,37 @@ class RingWorker:
             self._thread.join()
         self.transport.close()
 
-    def _send_all(self, first_seq: int, outgoing: np.ndarray) -> None:
+    def _send_all(self, outgoing: np.ndarray) -> None:
         cfg = self.config
         nxt = (cfg.rank + 1) % cfg.num_workers
-        for i, row in enumerate(outgoing):
-            seq = first_seq + i
-            payload = pack(IncHeader(opcode=OP_RING, job_id=cfg.job_id, worker_id=cfg.rank, count=INC_K,
-                                     slot=0, pool_version=0, seq=seq), row.view(np.int32))
+        for row in outgoing:
             with self._cv:
                 self._wait(lambda: len(self._unacked) < cfg.window, "acks from", nxt)
+                seq = self._send_next
+                self._send_next += 1
+                payload = pack(IncHeader(opcode=OP_RING, job_id=cfg.job_id, worker_id=cfg.rank, count=INC_K,
+                                         slot=0, pool_version=0, seq=seq), row.view(np.int32))
                 self._unacked[seq] = _Unacked(payload, time.monotonic() + cfg.timeout)
+                self.stats.chunks += 1
             self.transport.send_to(nxt, payload)
 
-    def _wait_for(self, first_seq: int, count: int, horizon: int) -> np.ndarray:
-        """The previous rank's chunks first_seq .. first_seq + count - 1; later ones are dropped below `horizon`."""
-        wanted = range(first_seq, first_seq + count)
+    def _wait_for(self, count: int) -> np.ndarray:
+        """The previous rank's next `count` chunks, in order."""
         with self._cv:
-            self._wait(lambda: all(s in self._received for s in wanted), "chunks from",
+            wanted = range(self._recv_next, self._recv_next + count)
+            self._wait(lambda: self._cumulative >= wanted.stop, "chunks from",
                        (self.config.rank - 1) % self.config.num_workers)
             rows = [self._received.pop(s) for s in wanted]
-            self._horizon = horizon
+            self._recv_next = wanted.stop
         return np.stack(rows) if rows else np.zeros((0, INC_K), np.int32)
 
     def _wait(self, ready: Callable[[], bool], what: str, peer: int) -> None:
         """Wait on the condition (held) until `ready()`, failing after a stall with no progress."""
         limit = self.config.timeout * (self.config.max_retries + 1)
         while not ready():
-            progress = len(self._received) + len(self._unacked)
-            if not self._cv.wait(timeout=limit) and progress == len(self._received) + len(self._unacked):
+            progress = (self._cumulative, len(self._received), len(self._unacked))
+            if not self._cv.wait(timeout=limit) and progress == (self._cumulative, len(self._received),
+                                                                len(self._unacked)):
                 raise IncTimeoutError(f"ring rank {self.config.rank}: no {what} rank {peer} for {limit:.1f} s; "
                                       f"are all {self.config.num_workers} ranks up?")
 
@@ -140,10 +172,15 @@ class RingWorker:
         cfg = self.config
         prev, nxt = (cfg.rank - 1) % cfg.num_workers, (cfg.rank + 1) % cfg.num_workers
         while not self._stop.is_set():
-            data = self.transport.recv(cfg.timeout / 2)
+            with self._cv:
+                wake = min([self._ack_due, *(u.deadline for u in self._unacked.values())],
+                           default=self._ack_due)
+            data = self.transport.recv(min(max(wake - time.monotonic(), 0.0), cfg.timeout / 2))
             if data is not None:
-                self._handle(data, prev)
+                self._handle(data, prev, nxt)
             now = time.monotonic()
+            if now >= self._ack_due:
+                self._ack(prev)
             with self._cv:
                 for seq, u in list(self._unacked.items()):
                     if u.deadline > now:
@@ -154,12 +191,18 @@ class RingWorker:
                         del self._unacked[seq]
                         self._cv.notify_all()
                         continue
-                    u.tries += 1
-                    u.deadline = now + cfg.timeout
-                    self.transport.send_to(nxt, u.payload)
+                    self._resend(u, nxt, now)
 
-    def _handle(self, data: bytes, prev: int) -> None:
-        """Acks release chunks; data is acknowledged (again, if a retransmission) and kept unless consumed."""
+    def _resend(self, u: _Unacked, nxt: int, now: float) -> None:
+        """Send an unacknowledged chunk again (the condition is held)."""
+        u.tries += 1
+        u.deadline = now + self.config.timeout
+        self.stats.retransmissions += 1
+        self.transport.send_to(nxt, u.payload)
+
+    def _handle(self, data: bytes, prev: int, nxt: int) -> None:
+        """Acks release chunks; data is kept, and acknowledged now if it was out of order or
+        a duplicate (the sender may be missing an ack), else with the next delayed ack."""
         try:
             header, elements = unpack(data)
         except IncFormatError as e:
@@ -167,16 +210,52 @@ class RingWorker:
             return
         if header.job_id != self.config.job_id:
             return
+        if header.opcode == OP_RING_ACK:
+            self._acked(header.seq, elements, nxt)
+            return
+        if header.opcode != OP_RING or header.worker_id != prev:
+            return
+        seq = header.seq
         with self._cv:
-            if header.opcode == OP_RING_ACK:
-                if self._unacked.pop(header.seq, None) is not None:
-                    self._cv.notify_all()
-                return
-            if header.opcode != OP_RING or header.worker_id != prev:
-                return
-            if header.seq >= self._horizon and header.seq not in self._received:
-                self._received[header.seq] = elements
+            fresh = seq >= self._cumulative and seq not in self._received
+            in_order = fresh and seq == self._cumulative
+            if fresh:
+                self._received[seq] = elements
+                while self._cumulative in self._received:
+                    self._cumulative += 1
                 self._cv.notify_all()
+            if in_order:
+                self._ack_pending += 1
+                self._ack_due = min(self._ack_due, time.monotonic() + self.config.ack_delay_s)
+            now = not in_order or self._ack_pending >= self.config.chunks_per_ack
+        if now:
+            self._ack(prev)
+
+    def _ack(self, prev: int) -> None:
+        """One ack for everything received: the cumulative seq and a bitmap of the chunks after it."""
+        with self._cv:
+            cumulative = self._cumulative
+            bits = np.zeros(SACK_SEQS, np.uint8)
+            above = [s - cumulative - 1 for s in self._received if 0 < s - cumulative <= SACK_SEQS]
+            bits[above] = 1
+            self._ack_pending, self._ack_due = 0, float("inf")
+            self.stats.acks += 1
+        words = np.packbits(bits, bitorder="little").view("<u4").astype(np.uint32).view(np.int32)
         ack = IncHeader(opcode=OP_RING_ACK, job_id=self.config.job_id, worker_id=self.config.rank, count=0,
-                        slot=0, pool_version=0, seq=header.seq)
-        self.transport.send_to(prev, pack(ack, np.zeros(0, np.int32)))
+                        slot=0, pool_version=0, seq=cumulative)
+        self.transport.send_to(prev, pack(ack, words))
+
+    def _acked(self, cumulative: int, words: np.ndarray, nxt: int) -> None:
+        """Release what an ack covers; a hole with DUP_THRESHOLD chunks acked above it is resent now."""
+        bits = np.unpackbits(words.astype("<u4").view(np.uint8), bitorder="little")
+        sacked = {cumulative + 1 + int(i) for i in np.flatnonzero(bits)}
+        with self._cv:
+            released = [s for s in self._unacked if s < cumulative or s in sacked]
+            for s in released:
+                del self._unacked[s]
+            if released:
+                self._cv.notify_all()
+            now = time.monotonic()
+            for seq, u in self._unacked.items():
+                if u.tries == 1 and sum(1 for s in sacked if s > seq) >= DUP_THRESHOLD:
+                    self._resend(u, nxt, now)

@@ -13,7 +13,7 @@ from p4sim import Switch
 
 from hosts.inc import INC_K
 from hosts.inprocess import Faults, InProcessFabric
-from hosts.ring import RingConfig, RingWorker
+from hosts.ring import RingConfig, RingStats, RingWorker
 from hosts.transport import UdpPeerTransport
 from tests.hosts.conftest import counter, host, install_forwarding
 
@@ -39,15 +39,17 @@ class LossyPeers:
         self.inner.close()
 
 
-def ring_allreduce(inputs: list[list[np.ndarray]], loss: float = 0.0, duplicate: float = 0.0) -> list[list[np.ndarray]]:
-    """inputs[call][rank] -> outputs[call][rank], one thread per rank."""
+def ring_allreduce(inputs: list[list[np.ndarray]], loss: float = 0.0, duplicate: float = 0.0,
+                   stats: list[RingStats] | None = None, window: int = 8,
+                   timeout: float = 0.01) -> list[list[np.ndarray]]:
+    """inputs[call][rank] -> outputs[call][rank], one thread per rank; each rank's stats go to `stats`."""
     n = len(inputs[0])
     sockets = [UdpPeerTransport([], bind=("127.0.0.1", 0)) for _ in range(n)]
     peers = [s.address for s in sockets]
     workers = []
     for rank, sock in enumerate(sockets):
         sock.peers = peers
-        workers.append(RingWorker(RingConfig(job_id=1, rank=rank, num_workers=n, window=8, timeout=0.01,
+        workers.append(RingWorker(RingConfig(job_id=1, rank=rank, num_workers=n, window=window, timeout=timeout,
                                              max_retries=500), LossyPeers(sock, loss, duplicate, seed=rank)))
 
     def run(rank: int) -> list[np.ndarray]:
@@ -59,6 +61,8 @@ def ring_allreduce(inputs: list[list[np.ndarray]], loss: float = 0.0, duplicate:
     finally:
         with ThreadPoolExecutor(n) as pool:
             list(pool.map(lambda w: w.close(), workers))
+    if stats is not None:
+        stats.extend(w.stats for w in workers)
     return [[per_rank[r][c] for r in range(n)] for c in range(len(inputs))]
 
 
@@ -75,12 +79,49 @@ def test_ring_float32_survives_loss_and_duplicates_over_several_calls() -> None:
     rng = np.random.default_rng(7)
     n = 3
     inputs = [[rng.standard_normal(300).astype(np.float32) for _ in range(n)] for _ in range(3)]
-    outputs = ring_allreduce(inputs, loss=0.1, duplicate=0.1)
+    stats: list[RingStats] = []
+    outputs = ring_allreduce(inputs, loss=0.1, duplicate=0.1, stats=stats)
+    assert sum(s.retransmissions for s in stats) > 0     # the loss was there, and recovered from
     for call, outs in zip(inputs, outputs):
         expected = np.sum(np.array(call, np.float64), axis=0)
         for out in outs:
             assert out.dtype == np.float32 and out.shape == (300,)
             np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_lossless_ring_sends_one_ack_per_several_chunks_and_no_retransmission() -> None:
+    """The acks are cumulative and delayed: with a window of 16, at most one per 8 in-order
+    chunks (plus one per step's tail), so the ring's speed is bounded by its data packets."""
+    n, length = 4, 64 * INC_K
+    rng = np.random.default_rng(5)
+    inputs = [[rng.integers(-1000, 1000, length, dtype=np.int32) for _ in range(n)]]
+    stats: list[RingStats] = []
+    (outs,) = ring_allreduce(inputs, stats=stats, window=16, timeout=0.5)
+    for out in outs:
+        np.testing.assert_array_equal(out, np.sum(inputs[0], axis=0, dtype=np.int32))
+    # Each rank sends its 2(N-1) segments of 16 chunks once.
+    assert [s.chunks for s in stats] == [2 * (n - 1) * length // INC_K // n] * n
+    assert sum(s.retransmissions for s in stats) == 0
+    steps = 2 * (n - 1)
+    for s in stats:
+        assert s.acks <= s.chunks // 8 + steps, s
+
+
+@pytest.mark.parametrize("n, length", [(4, 1), (8, 3 * INC_K)])
+def test_message_of_fewer_chunks_than_ranks_sends_each_chunk_once_per_step(n: int, length: int) -> None:
+    """Empty segments send nothing: 2(N-1) x chunks data packets in all, not 2(N-1) x N."""
+    rng = np.random.default_rng(n)
+    inputs = [[rng.integers(-1000, 1000, length, dtype=np.int32) for _ in range(n)]]
+    stats: list[RingStats] = []
+    (outs,) = ring_allreduce(inputs, stats=stats, timeout=0.5)
+    for out in outs:
+        np.testing.assert_array_equal(out, np.sum(inputs[0], axis=0, dtype=np.int32))
+    assert sum(s.chunks for s in stats) == 2 * (n - 1) * -(-length // INC_K)
+
+
+def test_ring_config_refuses_an_ack_delay_the_sender_would_time_out_on() -> None:
+    with pytest.raises(ValueError, match="below the timeout"):
+        RingConfig(job_id=1, rank=0, num_workers=2, timeout=0.01, ack_delay=0.01)
 
 
 def test_ring_through_allreduce_p4_only_forwards(switch: Switch) -> None:
