@@ -109,7 +109,7 @@ def _parser() -> argparse.ArgumentParser:
                 "switch that stopped or restarted and re-install everything")
     switches_arg(c, many=True)
     pipeline_args(c)
-    c.add_argument("--poll", type=float, default=1.0, help="seconds between checks (default: 1)")
+    c.add_argument("--poll", type=_poll_seconds, default=1.0, help="seconds between checks (default: 1)")
     c = command("install", _install, "install a P4 tutorials runtime JSON (table_entries, "
                 "multicast_group_entries, clone_session_entries) on one switch")
     c.add_argument("runtime", type=Path, help="the runtime JSON file")
@@ -129,6 +129,17 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("job_id", type=int, help="the job's id in the topology")
     switches_arg(c, many=True)
     return p
+
+
+def _poll_seconds(text: str) -> float:
+    """A positive, finite --poll: 0 would check the switches in a busy loop."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be more than 0 seconds (0 would busy-loop), not {text}")
+    return value
 
 
 def _setup(args: argparse.Namespace) -> int:

@@ -207,6 +207,14 @@ def test_bad_arguments_print_usage_and_missing_files_an_error(tmp_path):
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.parametrize("poll", ["0", "-1", "nan", "x"])
+def test_watch_refuses_a_poll_interval_that_would_busy_loop(tmp_path, poll):
+    proc = subprocess.run([sys.executable, "-m", "controller", "watch", "--topo", str(tmp_path / "none.json"),
+                           "--poll", poll], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "usage:" in proc.stderr and "--poll" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
 def _wait_for_job(addr: str) -> list[TableEntry]:
     """The inc_job entries once a controller has installed them (bounded wait)."""
     deadline = time.monotonic() + WAIT_S
