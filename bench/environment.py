@@ -1,4 +1,5 @@
-"""The machine, target and versions a benchmark ran on, recorded beside its numbers."""
+"""The machine, target and versions a benchmark ran on, recorded beside its numbers, and a
+check that its output file can be written before the benchmark spends minutes running."""
 from __future__ import annotations
 
 import os
@@ -8,17 +9,32 @@ from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 
-PACKAGES = ("scapy", "numpy", "grpcio", "protobuf", "p4runtime", "p4runtime-shell", "lark", "mininet")
+PACKAGES = ("scapy", "numpy", "grpcio", "protobuf", "p4runtime", "p4runtime-shell", "lark", "mininet",
+            "mpi4py")
 
 
 def describe_environment(target: str) -> dict:
+    """Call it when the run starts: the commit and dirtiness are those of the code that ran."""
     return {
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "target": target,
         "machine": {"cpu": _cpu_model(), "cores": os.cpu_count(), "kernel": platform.release(),
                     "python": platform.python_version()},
-        "versions": {"p4inc": _git_revision(), **{p: _version(p) for p in PACKAGES}},
+        "versions": {"p4inc": _git(["rev-parse", "--short", "HEAD"]), **{p: _version(p) for p in PACKAGES}},
+        # Tracked files changed since that commit: the numbers are not that commit's.
+        "dirty": _git(["status", "--porcelain", "--untracked-files=no"]) not in (None, ""),
     }
+
+
+def unwritable(path: Path) -> str | None:
+    """Why `path` cannot be written (creating its folder), or None; an existing file is kept."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a"):
+            pass
+    except OSError as err:
+        return f"cannot write {path}: {err.strerror or err}"
+    return None
 
 
 def _version(package: str) -> str | None:
@@ -38,10 +54,11 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def _git_revision() -> str | None:
+def _git(args: list[str]) -> str | None:
+    """git's output in this checkout, stripped; None where git or the checkout is missing."""
     try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                             cwd=Path(__file__).parent, timeout=5)
+        out = subprocess.run(["git", *args], capture_output=True, text=True, cwd=Path(__file__).parent,
+                             timeout=5)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    return out.stdout.strip() or None
+    return out.stdout.strip() if out.returncode == 0 else None

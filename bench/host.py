@@ -24,7 +24,7 @@ from hosts.agent import JobConfig, Worker
 from hosts.inc import INC_K, OP_RESULT
 from hosts.transport import UdpTransport
 
-from .environment import describe_environment
+from .environment import describe_environment, unwritable
 from .measure import measured
 
 log = logging.getLogger("bench.host")
@@ -94,7 +94,12 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.elements < 1 or args.calls < 1:
         ap.error("--elements and --calls must be at least 1")
+    if not 1 <= args.window < 1 << 15:
+        ap.error(f"--window must be 1..32767 slots, not {args.window}")
+    if (why := unwritable(args.out)) is not None:
+        ap.error(why)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    environment = describe_environment("none")
     config = JobConfig(job_id=1, worker_id=0, num_workers=1, window=args.window, timeout=0.2)
     results = {"in_process": measure(Worker(config, EchoTransport()), args.elements, args.calls, args.profile)}
 
@@ -122,10 +127,12 @@ def main(argv: list[str] | None = None) -> int:
     for name, res in results.items():
         log.info("%-12s %8.0f packets/s each way (%.1f MB/s of tensor)", name, res["packets_per_s"],
                  res["tensor_MB_per_s"])
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"environment": describe_environment("none"),
-                                    "config": vars(args) | {"out": str(args.out)},
-                                    "results": results}, indent=2))
+    try:
+        args.out.write_text(json.dumps({"environment": environment, "config": vars(args) | {"out": str(args.out)},
+                                        "results": results}, indent=2))
+    except OSError as err:
+        log.error("cannot write %s: %s", args.out, err.strerror or err)
+        return 1
     log.info("wrote %s", args.out)
     return 0
 

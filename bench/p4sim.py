@@ -22,7 +22,7 @@ from hosts.inc import AGG_IP, AGG_MAC, INC_K, INC_PORT, OP_CONTRIB, PAYLOAD_SIZE
 from p4sim import P4Error, Switch, compile_file
 from p4sim.state import TableEntry
 
-from .environment import describe_environment
+from .environment import describe_environment, unwritable
 from .measure import measured
 
 log = logging.getLogger("bench.p4sim")
@@ -126,7 +126,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.packets < 1:
         ap.error("--packets must be at least 1")
+    if (why := unwritable(args.out)) is not None:
+        ap.error(why)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    environment = describe_environment("p4sim")
     results = []
     try:
         for name in args.workload or sorted(WORKLOADS):
@@ -139,9 +142,11 @@ def main(argv: list[str] | None = None) -> int:
     except P4Error as err:
         log.error("%s", err)
         return 1
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"environment": describe_environment("p4sim"),
-                                    "results": results}, indent=2))
+    try:
+        args.out.write_text(json.dumps({"environment": environment, "results": results}, indent=2))
+    except OSError as err:
+        log.error("cannot write %s: %s", args.out, err.strerror or err)
+        return 1
     log.info("wrote %s", args.out)
     return 0
 
