@@ -17,9 +17,10 @@ PY := $(VENV)/bin/python
 # Written after a successful pip install; pip runs again only when requirements.txt changes.
 VENV_STAMP := $(VENV)/.p4inc-requirements
 # Debian packages: Mininet's mnexec and mn, the tools Mininet hosts use, cpp for p4sim's
-# preprocessor, nftables for link loss (this kernel has no netem), python3-venv for .venv.
+# preprocessor, nftables for link loss (this kernel has no netem), python3-venv for .venv, and
+# Open MPI (mpirun, and the libmpi that mpi4py loads) for the benchmark's MPI_Allreduce baseline.
 APT_PACKAGES := mininet iputils-ping bridge-utils ethtool iproute2 tcpdump cpp nftables \
-	net-tools python3 python3-venv procps
+	net-tools python3 python3-venv procps openmpi-bin libopenmpi-dev
 
 RUN := $(PY) -m topologies.run --topo $(TOPO) --hosts $(HOSTS) --target $(TARGET) --build-dir $(BUILD_DIR) \
 	$(if $(SLOW),--slow $(SLOW))
@@ -50,11 +51,13 @@ demo: $(VENV_STAMP)
 test: $(VENV_STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-# p4sim's packet rate, a worker's packet rate, then INC vs ring in Mininet (about 10 minutes
-# on 2 cores), then the latency model fitted to it and the plots, all in $(RESULTS)/.
+# p4sim's packet rate, a worker's packet rate, the latency budget of one 256 B INC call, then
+# INC vs ring vs MPI_Allreduce in Mininet from 64 B to 4 MiB (about 20 minutes on 2 cores),
+# then the latency model fitted to it and the plots, all in $(RESULTS)/.
 bench: $(VENV_STAMP)
 	$(PY) -m bench.p4sim -o $(RESULTS)/p4sim.json
 	$(PY) -m bench.host -o $(RESULTS)/host.json
+	$(PY) -m bench --budget --reps 50 --target $(TARGET) -o $(RESULTS)/budget.json
 	$(PY) -m bench --target $(TARGET) -o $(RESULTS)/bench.json
 	$(PY) -m analysis $(RESULTS)/bench.json -o $(RESULTS)
 

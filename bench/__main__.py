@@ -1,8 +1,11 @@
-"""In-network AllReduce vs host ring AllReduce on the same Mininet star, same packets.
+"""In-network AllReduce vs a host ring and vs Open MPI's MPI_Allreduce on the same Mininet
+star, every one through the same switch.
 
 For each worker count a fresh fabric is built (p4sim or BMv2 running p4src/allreduce.p4),
-one benchmark worker starts in every host, and trials alternate INC and ring so that a
-noisy machine biases neither. Every sum is checked against numpy. Writes JSON.
+one benchmark worker starts in every host (INC and ring) and `mpirun` starts one MPI rank
+per host; trials rotate the order of the algorithms so that a noisy machine biases none.
+Every sum is checked against numpy. Writes JSON. `--budget` instead times where one small
+INC call spends its time.
 """
 from __future__ import annotations
 
@@ -25,11 +28,15 @@ from topologies.fabric import Fabric, FabricError, FabricOptions
 from topologies.pieces import DEFAULT_PROGRAM, PieceError, compile_program, setup_controller
 from topologies.spec import TopologyError, star
 
-from .environment import describe_environment
+from .budget import budget_table, call_budget
+from .environment import describe_environment, unwritable
+from .mpi import ROOT_ENV, mpi_missing, mpirun_command, write_launcher
 
 log = logging.getLogger("bench")
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_SIZES = [256 << (2 * i) for i in range(8)]        # 256 B, 1 KiB, ... 4 MiB
+ALGORITHMS = ("inc", "ring", "mpi")
+DEFAULT_SIZES = [64 << (2 * i) for i in range(9)]        # 64 B, 256 B, 1 KiB, ... 4 MiB
+SMALL_BYTES = 64 << 10        # up to this size a point gets --reps, above it --reps-large
 
 
 class BenchError(RuntimeError):
@@ -41,15 +48,21 @@ class Plan:
     workers: list[int]
     sizes: list[int]
     reps: int
+    reps_large: int
+    algorithms: tuple[str, ...]
     dtype: str
     window: int
     timeout: float
     trial_timeout: float
     target: str
 
+    def reps_for(self, size: int) -> int:
+        return self.reps if size <= SMALL_BYTES else self.reps_large
+
 
 class Trials:
-    """The benchmark workers of one fabric, one per host, driven over their stdin/stdout."""
+    """The benchmark processes of one fabric, driven over their stdin/stdout with JSON lines:
+    one bench.worker per host (INC and ring), and one mpirun whose rank 0 answers for all."""
 
     def __init__(self, fabric: Fabric, plan: Plan) -> None:
         job = fabric.topo.jobs[0]
@@ -61,60 +74,93 @@ class Trials:
                                 "--timeout", str(plan.timeout)],
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT)
             for rank, host in enumerate(job.workers)]
+        self.mpi: list[subprocess.Popen] = []
+        if "mpi" in plan.algorithms:
+            launcher = write_launcher(fabric, list(job.workers), fabric.options.run_dir / "mpi-launcher.sh")
+            self.mpi = [fabric.popen(job.workers[0], mpirun_command(fabric, list(job.workers), launcher, ROOT),
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT,
+                                     env=os.environ | ROOT_ENV)]
 
-    def run(self, algorithm: str, nbytes: int, seed: int) -> float:
-        """One AllReduce on every host: the earliest start to the latest end, in seconds."""
+    def run(self, algorithm: str, nbytes: int, seed: int) -> tuple[float, list[dict]]:
+        """One AllReduce on every host: the earliest start to the latest end in seconds, and the replies."""
         line = json.dumps({"algorithm": algorithm, "bytes": nbytes, "dtype": self.plan.dtype,
                            "seed": seed}) + "\n"
-        for proc in self.procs:
+        procs = self.mpi if algorithm == "mpi" else self.procs
+        for proc in procs:
             proc.stdin.write(line)
             proc.stdin.flush()
-        replies = [self._reply(proc) for proc in self.procs]
+        replies = [self._reply(proc) for proc in procs]
         bad = [r["error"] for r in replies if not r["ok"]]
         if bad:
             raise BenchError(f"{algorithm} AllReduce of {nbytes} B failed: {bad[0]}")
-        return max(r["end"] for r in replies) - min(r["start"] for r in replies)
+        return max(r["end"] for r in replies) - min(r["start"] for r in replies), replies
 
     def close(self) -> None:
-        """End of input: each worker acknowledges its last ring chunks and exits."""
-        for proc in self.procs:
+        """End of input: each worker acknowledges its last ring chunks and exits, and so does MPI."""
+        for proc in self.procs + self.mpi:
             proc.stdin.close()
-        for proc in self.procs:
+        for proc in self.procs + self.mpi:
             try:
-                proc.wait(timeout=10)
+                proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
-                log.warning("a benchmark worker did not exit; the fabric will stop it")
+                log.warning("a benchmark process did not exit; the fabric will stop it")
 
     def _reply(self, proc: subprocess.Popen) -> dict:
         ready, _, _ = select.select([proc.stdout], [], [], self.plan.trial_timeout)
         text = proc.stdout.readline() if ready else ""
         if not text:
-            raise BenchError(f"a benchmark worker gave no answer within {self.plan.trial_timeout:g} s "
+            raise BenchError(f"a benchmark process gave no answer within {self.plan.trial_timeout:g} s "
                              f"(exit code {proc.poll()})")
-        return json.loads(text)
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError:
+            raise BenchError(f"a benchmark process wrote {text.strip()[:200]!r}, not a result") from None
+
+
+def summarise(times: list[float]) -> dict:
+    """Median, p99 and quartiles of one point's times, and the times themselves."""
+    return {"times_s": times, "median_s": float(np.median(times)), "p99_s": float(np.percentile(times, 99)),
+            "q25_s": float(np.percentile(times, 25)), "q75_s": float(np.percentile(times, 75))}
+
+
+def set_up(fabric: Fabric, plan: Plan, options: FabricOptions) -> Trials:
+    program = compile_program(plan.target, DEFAULT_PROGRAM, options.build_dir)
+    setup_controller(options.topology_path, options.build_dir, program, plan.target)
+    trials = Trials(fabric, plan)
+    for algorithm in plan.algorithms:          # warm up sockets, ARP, connections and code paths
+        trials.run(algorithm, plan.sizes[0], seed=0)
+    return trials
 
 
 def bench_workers(n: int, plan: Plan, options: FabricOptions, progress: tqdm) -> list[dict]:
     """All sizes and repetitions for one worker count, on a fresh star of n hosts."""
     times: dict[tuple[str, int], list[float]] = {}
+    k = len(plan.algorithms)
     with Fabric(star(n), options) as fabric:
-        program = compile_program(plan.target, DEFAULT_PROGRAM, options.build_dir)
-        setup_controller(options.topology_path, options.build_dir, program, plan.target)
-        trials = Trials(fabric, plan)
-        for algorithm in ("inc", "ring"):          # warm up sockets, ARP and code paths
-            trials.run(algorithm, plan.sizes[0], seed=0)
+        trials = set_up(fabric, plan, options)
         for size in plan.sizes:
-            for rep in range(plan.reps):
-                # Alternate which algorithm goes first, so drift hits both alike.
-                for algorithm in (("inc", "ring") if rep % 2 == 0 else ("ring", "inc")):
+            for rep in range(plan.reps_for(size)):
+                # Rotate which algorithm goes first, so drift hits all alike.
+                for algorithm in plan.algorithms[rep % k:] + plan.algorithms[:rep % k]:
                     progress.set_postfix_str(f"N={n} {algorithm} {size} B")
-                    times.setdefault((algorithm, size), []).append(trials.run(algorithm, size, seed=rep + 1))
+                    times.setdefault((algorithm, size), []).append(trials.run(algorithm, size, seed=rep + 1)[0])
                     progress.update()
         trials.close()
-    return [{"algorithm": alg, "workers": n, "bytes": size, "times_s": ts,
-             "median_s": float(np.median(ts)), "q25_s": float(np.percentile(ts, 25)),
-             "q75_s": float(np.percentile(ts, 75))}
+    return [{"algorithm": alg, "workers": n, "bytes": size, **summarise(ts)}
             for (alg, size), ts in sorted(times.items(), key=lambda kv: (kv[0][1], kv[0][0]))]
+
+
+def budget_workers(n: int, plan: Plan, options: FabricOptions, progress: tqdm) -> dict:
+    """Where one INC call of the first size spends its time, per worker, over `reps` calls."""
+    with Fabric(star(n), options) as fabric:
+        trials = set_up(fabric, plan, options)
+        calls = []
+        for rep in range(plan.reps):
+            progress.set_postfix_str(f"N={n} budget {plan.sizes[0]} B")
+            calls.append(trials.run("inc", plan.sizes[0], seed=rep + 1)[1])
+            progress.update()
+        trials.close()
+    return call_budget(n, plan.sizes[0], calls)
 
 
 def _sizes(text: str) -> list[int]:
@@ -127,55 +173,93 @@ def _sizes(text: str) -> list[int]:
     return sizes
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="python -m bench",
         description="Measure in-network AllReduce (the switch aggregates) against a host ring "
-                    "AllReduce (the switch only forwards) on the same Mininet star, same packet "
-                    "size, same socket path and loss recovery. Needs root. Writes JSON with the "
-                    "machine, target and versions; `python -m analysis` fits the model and plots.")
+                    "AllReduce (the switch only forwards; same packets, windowed with cumulative "
+                    "and selective acks) and against Open MPI's MPI_Allreduce (TCP), on the same "
+                    "Mininet star. Needs root. Writes JSON with the machine, target, commit and "
+                    "versions; `python -m analysis` fits the model and plots.")
     ap.add_argument("--workers", type=int, nargs="+", default=[2, 4, 8], help="worker counts (2..8)")
-    ap.add_argument("--sizes", type=_sizes, default=DEFAULT_SIZES,
-                    help="comma-separated message sizes in bytes per worker (default 256 B to 4 MiB, x4)")
-    ap.add_argument("--reps", type=int, default=3, help="repetitions per algorithm and size")
+    ap.add_argument("--sizes", type=_sizes,
+                    help="comma-separated message sizes in bytes per worker (default 64 B to 4 MiB, x4; "
+                         "256 with --budget)")
+    ap.add_argument("--reps", type=int, default=20,
+                    help=f"repetitions per algorithm and size up to {SMALL_BYTES // 1024} KiB (default 20)")
+    ap.add_argument("--reps-large", type=int, default=3,
+                    help=f"repetitions per algorithm and size above {SMALL_BYTES // 1024} KiB (default 3)")
+    ap.add_argument("--algorithms", nargs="+", choices=ALGORITHMS, default=list(ALGORITHMS),
+                    help="what to measure (default all: inc ring mpi)")
     ap.add_argument("--dtype", choices=("float32", "int32"), default="float32")
     ap.add_argument("--window", type=int, default=16, help="slots (INC) / unacked chunks (ring) in flight")
     ap.add_argument("--timeout", type=float, default=0.05, help="retransmission timeout, seconds")
     ap.add_argument("--trial-timeout", type=float, default=600.0,
                     help="give up on a trial after this many seconds")
     ap.add_argument("--target", choices=("p4sim", "bmv2"), default=os.environ.get("TARGET", "p4sim"))
-    ap.add_argument("-o", "--out", type=Path, default=ROOT / "results/bench.json", help="JSON output")
+    ap.add_argument("--budget", action="store_true",
+                    help="instead: time --reps INC calls of the first --sizes (default 256 B) per worker "
+                         "count and print where each call's time goes (a Markdown table; JSON to -o)")
+    ap.add_argument("-o", "--out", type=Path, default=None,
+                    help="JSON output (default results/bench.json, or results/budget.json with --budget)")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = build_parser()
     args = ap.parse_args(argv)
-    if any(not 2 <= n <= 8 for n in args.workers) or args.reps < 1:
-        ap.error("--workers must be 2..8 and --reps at least 1")
+    if any(not 2 <= n <= 8 for n in args.workers) or args.reps < 1 or args.reps_large < 1:
+        ap.error("--workers must be 2..8 and --reps and --reps-large at least 1")
+    if not 1 <= args.window < 1 << 15 or args.timeout <= 0 or args.trial_timeout <= 0:
+        ap.error("--window must be 1..32767 and --timeout and --trial-timeout positive")
+    if args.budget:
+        args.algorithms = ["inc"]
+    args.sizes = args.sizes or ([256] if args.budget else DEFAULT_SIZES)
+    out = args.out or ROOT / "results" / ("budget.json" if args.budget else "bench.json")
+    if (why := unwritable(out)) is not None:
+        ap.error(why)
+    if "mpi" in args.algorithms and (why := mpi_missing()) is not None:
+        ap.error(f"cannot run the MPI baseline: {why}; or leave it out with --algorithms inc ring")
     if os.geteuid() != 0:
         ap.error("Mininet needs root: run as root (sudo make bench)")
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    plan = Plan(args.workers, args.sizes, args.reps, args.dtype, args.window, args.timeout,
-                args.trial_timeout, args.target)
+    environment = describe_environment(args.target)
+    plan = Plan(args.workers, args.sizes, args.reps, args.reps_large, tuple(args.algorithms), args.dtype,
+                args.window, args.timeout, args.trial_timeout, args.target)
     options = FabricOptions(target=args.target, build_dir=ROOT / "build" / "bench")
-    runs: list[dict] = []
     started = time.monotonic()
+    total = (len(plan.workers) * plan.reps if args.budget
+             else len(plan.workers) * len(plan.algorithms) * sum(plan.reps_for(s) for s in plan.sizes))
     try:
-        with tqdm(total=len(plan.workers) * len(plan.sizes) * plan.reps * 2, unit="trial") as progress:
-            for n in plan.workers:
-                runs += bench_workers(n, plan, options, progress)
+        with tqdm(total=total, unit="trial") as progress:
+            results = [budget_workers(n, plan, options, progress) if args.budget
+                       else bench_workers(n, plan, options, progress) for n in plan.workers]
     except (BenchError, FabricError, PieceError, TopologyError) as err:
         log.error("benchmark stopped: %s", err)
         return 1
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({
-        "environment": describe_environment(args.target),
-        "config": {"payload_bytes": 4 * INC_K, "elements_per_packet": INC_K, "dtype": plan.dtype,
-                   "window": plan.window, "timeout_s": plan.timeout, "reps": plan.reps,
-                   "workers": plan.workers, "sizes": plan.sizes,
-                   "duration_s": time.monotonic() - started},
-        "runs": runs}, indent=2))
-    log.info("wrote %s", args.out)
-    median = {(r["algorithm"], r["workers"], r["bytes"]): r["median_s"] for r in runs}
-    for n in plan.workers:
-        log.info("N=%d INC speedup over ring: %s", n, ", ".join(
-            f"{s} B x{median[('ring', n, s)] / median[('inc', n, s)]:.2f}" for s in plan.sizes))
+    config = {"payload_bytes": 4 * INC_K, "elements_per_packet": INC_K, "dtype": plan.dtype,
+              "window": plan.window, "timeout_s": plan.timeout, "reps": plan.reps, "reps_large": plan.reps_large,
+              "algorithms": list(plan.algorithms), "workers": plan.workers, "sizes": plan.sizes,
+              "duration_s": time.monotonic() - started,
+              "command": "python -m bench " + " ".join(argv if argv is not None else sys.argv[1:])}
+    if args.budget:
+        document = {"environment": environment, "config": config, "budget": results}
+    else:
+        document = {"environment": environment, "config": config, "runs": [r for rs in results for r in rs]}
+    try:
+        out.write_text(json.dumps(document, indent=2))
+    except OSError as err:
+        log.error("cannot write %s: %s", out, err.strerror or err)
+        return 1
+    log.info("wrote %s", out)
+    if args.budget:
+        print(budget_table(results))
+        return 0
+    median = {(r["algorithm"], r["workers"], r["bytes"]): r["median_s"] for r in document["runs"]}
+    for baseline in [a for a in plan.algorithms if a != "inc"] if "inc" in plan.algorithms else []:
+        for n in plan.workers:
+            log.info("N=%d INC speedup over %s: %s", n, baseline, ", ".join(
+                f"{s} B x{median[(baseline, n, s)] / median[('inc', n, s)]:.2f}" for s in plan.sizes))
     return 0
 
 

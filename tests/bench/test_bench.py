@@ -32,20 +32,43 @@ def test_host_bench_gets_the_tensor_back_over_both_transports(tmp_path):
 
 
 def test_bench_refuses_bad_arguments_with_usage():
-    for args in (["--workers", "9"], ["--sizes", "2"], ["--sizes", "x"]):
+    for args in (["--workers", "9"], ["--sizes", "2"], ["--sizes", "x"], ["--window", "0"], ["--reps-large", "0"]):
         proc = subprocess.run([sys.executable, "-m", "bench", *args], cwd=REPO, capture_output=True, text=True)
         assert proc.returncode == 2, args
         assert "usage:" in proc.stderr and "Traceback" not in proc.stderr
 
 
+@pytest.mark.parametrize("module, args, message", [
+    ("bench", [], "cannot write"),
+    ("bench.host", [], "cannot write"),
+    ("bench.p4sim", [], "cannot write"),
+    ("bench.host", ["--window", "0"], "--window must be 1..32767"),
+])
+def test_bench_clis_end_in_one_line_errors_not_tracebacks(tmp_path, module, args, message):
+    """A file where the output's folder should be makes -o unwritable, even for root."""
+    (tmp_path / "file").write_text("")
+    out = tmp_path / "file" / "out.json" if message == "cannot write" else tmp_path / "out.json"
+    proc = subprocess.run([sys.executable, "-m", module, *args, "-o", str(out)], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"python -m {module}: error: ") and message in last, proc.stderr
+    assert "usage:" in proc.stderr and "Traceback" not in proc.stderr
+
+
 @pytest.mark.mininet
-def test_bench_in_mininet_writes_checked_runs_for_both_algorithms(tmp_path):
+def test_bench_in_mininet_writes_checked_runs_for_inc_ring_and_mpi(tmp_path):
+    """Every trial's sum is checked by each worker (and each MPI rank) before it counts."""
     out = tmp_path / "bench.json"
-    proc = subprocess.run([sys.executable, "-m", "bench", "--workers", "2", "--sizes", "256,4096",
-                           "--reps", "1", "-o", str(out)], cwd=REPO, capture_output=True, text=True,
-                          timeout=600)
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "bench", "--workers", "2", "--sizes", "256,131072",
+                           "--reps", "2", "--reps-large", "1", "-o", str(out)], cwd=REPO, capture_output=True,
+                          text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    runs = json.loads(out.read_text())["runs"]
-    assert {(r["algorithm"], r["bytes"]) for r in runs} == {("inc", 256), ("ring", 256), ("inc", 4096),
-                                                           ("ring", 4096)}
-    assert all(len(r["times_s"]) == 1 and r["times_s"][0] > 0 for r in runs)
+    result = json.loads(out.read_text())
+    runs = result["runs"]
+    assert {(r["algorithm"], r["bytes"]): len(r["times_s"]) for r in runs} == {
+        (a, s): 2 if s == 256 else 1 for a in ("inc", "ring", "mpi") for s in (256, 131072)}
+    assert all(0 < r["median_s"] <= r["p99_s"] <= max(r["times_s"]) for r in runs)
+    assert result["environment"]["versions"]["p4inc"] == head.stdout.strip()
+    assert isinstance(result["environment"]["dirty"], bool)

@@ -1,0 +1,43 @@
+"""Where one INC call spends its time: the spread of the workers' starts (skew after the
+barrier), each worker's own call time, and the parts the agent itself times per call
+(its `last_stats`, when it keeps them), as medians over calls; printed as a Markdown table.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def call_budget(workers: int, nbytes: int, calls: list[list[dict]]) -> dict:
+    """`calls[c][w]` is worker w's reply to call c: start, end and optional per-call `stats`."""
+    total = [max(r["end"] for r in c) - min(r["start"] for r in c) for c in calls]
+    skew = [max(r["start"] for r in c) - min(r["start"] for r in c) for c in calls]
+    own = [r["end"] - r["start"] for c in calls for r in c]
+    parts: dict[str, list[float]] = {}
+    for c in calls:
+        for r in c:
+            for name, value in (r.get("stats") or {}).items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    parts.setdefault(name, []).append(float(value))
+    return {"workers": workers, "bytes": nbytes, "calls": len(calls),
+            "call_s": float(np.median(total)), "call_p99_s": float(np.percentile(total, 99)),
+            "start_skew_s": float(np.median(skew)), "worker_call_s": float(np.median(own)),
+            "parts": {name: float(np.median(v)) for name, v in parts.items()}}
+
+
+def budget_table(budgets: list[dict]) -> str:
+    """One row per worker count; times in microseconds, counts as they are."""
+    parts = sorted({name for b in budgets for name in b["parts"]})
+    head = ["N", "bytes", "calls", "call (us)", "p99 (us)", "start skew (us)", "per worker (us)", *parts]
+    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for b in budgets:
+        cells = [str(b["workers"]), str(b["bytes"]), str(b["calls"]), *(
+            f"{1e6 * b[k]:.0f}" for k in ("call_s", "call_p99_s", "start_skew_s", "worker_call_s"))]
+        cells += [_cell(name, b["parts"].get(name)) for name in parts]
+        rows.append("| " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+def _cell(name: str, value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{1e6 * value:.0f}" if name.endswith("_s") else f"{value:g}"

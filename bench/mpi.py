@@ -1,0 +1,52 @@
+"""Runs Open MPI across Mininet hosts. The hosts have no ssh, so `mpirun` runs in the first
+host and Open MPI's rsh launcher (`plm_rsh_agent`) starts its daemon in each other host with
+`mnexec -a PID`, PID being that host's shell: the daemon then lives in the host's network
+namespace and every rank's traffic (TCP, one rank per host) crosses the switch.
+"""
+from __future__ import annotations
+
+import importlib.util
+import ipaddress
+import shutil
+import sys
+from pathlib import Path
+
+from topologies.fabric import Fabric
+
+# Open MPI refuses root unless told twice; Mininet needs root.
+ROOT_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+
+
+def mpi_missing() -> str | None:
+    """Why an MPI baseline cannot run on this machine, or None if it can."""
+    if shutil.which("mpirun") is None or shutil.which("mnexec") is None:
+        return "mpirun or mnexec not found (make setup installs openmpi-bin and mininet)"
+    if importlib.util.find_spec("mpi4py") is None:
+        return "mpi4py is not installed (make setup)"
+    return None
+
+
+def write_launcher(fabric: Fabric, hosts: list[str], path: Path) -> Path:
+    """An ssh stand-in, `LAUNCHER HOST COMMAND...`, that runs COMMAND in that Mininet host."""
+    cases = "\n".join(f"  {fabric.topo.hosts[h].address}) pid={fabric.host(h).pid} ;;" for h in hosts)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("#!/bin/sh\n"
+                    "# Open MPI's plm_rsh_agent for Mininet hosts (written by bench/mpi.py).\n"
+                    'host=$1; shift\ncase "$host" in\n'
+                    f"{cases}\n"
+                    '  *) echo "no Mininet host $host" >&2; exit 255 ;;\nesac\n'
+                    'exec mnexec -a "$pid" sh -c "$*"\n')
+    path.chmod(0o755)
+    return path
+
+
+def mpirun_command(fabric: Fabric, hosts: list[str], launcher: Path, cwd: Path) -> list[str]:
+    """mpirun for one rank per host of `bench.mpi_worker`, TCP only, on the hosts' subnet."""
+    specs = [fabric.topo.hosts[h] for h in hosts]
+    subnet = str(ipaddress.ip_interface(specs[0].ip).network)
+    return ["mpirun", "-np", str(len(hosts)), "--host", ",".join(f"{s.address}:1" for s in specs),
+            "--wdir", str(cwd),
+            "--mca", "plm_rsh_agent", str(launcher),
+            "--mca", "pml", "ob1", "--mca", "btl", "tcp,self",
+            "--mca", "btl_tcp_if_include", subnet, "--mca", "oob_tcp_if_include", subnet,
+            sys.executable, "-m", "bench.mpi_worker"]

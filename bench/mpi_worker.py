@@ -1,0 +1,51 @@
+"""The third baseline, one that no one here wrote: `MPI_Allreduce` of Open MPI (Debian's,
+through mpi4py), one rank per Mininet host, its TCP traffic through the same switch.
+
+Started by `mpirun` (see bench/mpi.py). Rank 0 reads trials as JSON lines on stdin, as
+bench.worker does, and broadcasts them; every rank runs a barrier and one timed
+`Allreduce`, checks its sum against numpy, and rank 0 answers with every rank's start and
+end (CLOCK_MONOTONIC, shared by all namespaces of the machine) on one JSON line.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+from bench.worker import sum_is_right
+from hosts.worker import generated_tensor
+
+
+def run_trial(comm: MPI.Comm, trial: dict) -> dict:
+    size = max(1, trial["bytes"] // 4)
+    tensor = generated_tensor(trial["seed"], comm.rank, size, trial["dtype"])
+    result = np.empty_like(tensor)
+    comm.Barrier()
+    start = time.perf_counter()
+    comm.Allreduce(tensor, result, op=MPI.SUM)
+    end = time.perf_counter()
+    ok = sum_is_right(result, trial, comm.size)
+    return {"ok": ok, "start": start, "end": end, "error": None if ok else f"rank {comm.rank}: sum differs"}
+
+
+def main() -> int:
+    comm = MPI.COMM_WORLD
+    while True:
+        line = sys.stdin.readline() if comm.rank == 0 else None
+        trial = comm.bcast(json.loads(line) if line else None, root=0)
+        if trial is None:
+            return 0
+        replies = comm.gather(run_trial(comm, trial), root=0)
+        if comm.rank == 0:
+            bad = [r["error"] for r in replies if not r["ok"]]
+            sys.stdout.write(json.dumps({"ok": not bad, "error": bad[0] if bad else None,
+                                         "start": min(r["start"] for r in replies),
+                                         "end": max(r["end"] for r in replies)}) + "\n")
+            sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
