@@ -203,10 +203,20 @@ class Checker:
             for a in annos:
                 if a.startswith("@field_list("):
                     for idx in a[len("@field_list("):-1].split(","):
-                        field_lists.setdefault(int(idx.strip(), 0), []).append(fname)
+                        field_lists.setdefault(self.field_list_index(idx.strip(), parser), []).append(fname)
         return CheckedProgram(self.program, self.info, self.structs, self.errors, self.blocks,
                               pipeline, headers_t, meta_t, sm_t, self.top_actions, self.functions,
                               field_lists)
+
+    def field_list_index(self, text: str, where: ast.Node) -> int:
+        """A @field_list argument: an integer literal or, as p4c allows, a global constant."""
+        sym = self.top.lookup(text)
+        if sym is not None and sym.kind == "const" and isinstance(sym.value, int):
+            return sym.value
+        try:
+            return int(text, 0)
+        except ValueError:
+            raise error_at(where, f"@field_list index {text!r} is not an integer constant") from None
 
     def drop_unused_blocks(self, used: set[str]) -> None:
         """Like p4c, a parser or control nobody instantiates contributes nothing to P4Info."""

@@ -174,3 +174,17 @@ def test_table_without_default_action_gets_default_only_noaction(tmp_path):
     t = compile_text(tmp_path, ingress("        t.apply();", decls)).info.tables["I.t"]
     assert t.default_action == "NoAction"
     assert t.actions == (ActionRef("I.a"), ActionRef("NoAction", "DEFAULT_ONLY"))
+
+
+def test_field_list_index_may_be_a_named_constant(tmp_path):
+    """p4c accepts `@field_list(NAME)` with NAME a global const (v1model-special-ops-bmv2.p4 does)."""
+    text = ingress("clone_preserving_field_list(CloneType.I2E, 5, KEEP);").replace(
+        "struct meta_t { bit<8> m8;", "const bit<8> KEEP = 3;\nstruct meta_t { @field_list(KEEP, 4) bit<8> m8;")
+    prog = compile_text(tmp_path, text)
+    assert prog.code()[0].field_lists == {3: ["m8"], 4: ["m8"]}
+
+
+def test_field_list_index_that_is_no_constant_is_a_located_error(tmp_path):
+    text = ingress("").replace("struct meta_t { bit<8> m8;", "struct meta_t { @field_list(NOPE) bit<8> m8;")
+    with pytest.raises(P4Error, match="@field_list index 'NOPE'"):
+        compile_text(tmp_path, text)
