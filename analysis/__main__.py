@@ -1,4 +1,5 @@
-"""Fit the latency model to a bench JSON, predict a described fabric, write plots and a summary.
+"""Fit the latency model to a bench JSON, check it out of sample, predict a described fabric,
+write plots, model.json and a Markdown report (results.md).
 
 Usage: python -m analysis results/bench.json -o results/ [--workers 8 64 --link-gbps 400 ...]
 """
@@ -13,78 +14,192 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.budget import budget_table
+from bench.environment import unwritable
+
 from . import plots
-from .model import Fabric, fit, predict
+from .model import Fabric, Fit, fit, out_of_sample, predict
 
 log = logging.getLogger("analysis")
+BASELINES = ("ring", "mpi")
+PREDICTED_SIZES = (256, 4096, 1 << 20, 64 << 20)
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="python -m analysis",
-        description="Fit an alpha-beta model of ring, tree and in-network AllReduce to measured "
-                    "completion times (the JSON `make bench` writes), plot measured vs modelled "
-                    "times and speedups, and predict the speedup on a fabric you describe.")
+        description="Fit a latency model of ring and in-network AllReduce to measured completion "
+                    "times (the JSON `make bench` writes), check it out of sample (fit without one "
+                    "worker count, predict it), plot measured (INC, ring, MPI) and modelled times and "
+                    "speedups, and predict the speedup of our protocol on a fabric you describe.")
     ap.add_argument("results", type=Path, help="bench JSON (results/bench.json)")
     ap.add_argument("-o", "--out", type=Path, default=None,
-                    help="folder for the PNGs and model.json (default: beside the results)")
+                    help="folder for the PNGs, model.json and results.md (default: beside the results)")
+    ap.add_argument("--budget", type=Path, default=None,
+                    help="a `bench --budget` JSON to add to results.md (default: budget.json beside the "
+                         "results, if there is one)")
     real = ap.add_argument_group("the fabric to predict (defaults: an accelerator cluster)")
-    real.add_argument("--workers", type=int, nargs="+", default=[8, 64], help="worker counts")
+    real.add_argument("--workers", type=int, nargs="+", default=[8, 64], help="worker counts, each at least 2")
     real.add_argument("--link-gbps", type=float, default=400.0, help="per-host link speed")
     real.add_argument("--switch-latency-ns", type=float, default=500.0, help="switch pipeline latency")
     real.add_argument("--link-latency-ns", type=float, default=100.0, help="one-way cable + NIC latency")
     real.add_argument("--host-overhead-us", type=float, default=1.0,
                       help="send + receive software overhead per step")
-    real.add_argument("--payload-bytes", type=int, default=1024, help="tensor bytes per packet")
-    args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    real.add_argument("--payload-bytes", type=int, default=None,
+                      help="tensor bytes per packet (default: the measured protocol's)")
+    real.add_argument("--window", type=int, default=None,
+                      help="packets in flight per sender (default: the measured protocol's)")
+    return ap
 
+
+def main(argv: list[str] | None = None) -> int:
+    ap = build_parser()
+    args = ap.parse_args(argv)
+    if any(n < 2 for n in args.workers):
+        ap.error("--workers: an AllReduce needs at least 2 workers (1 has nothing to reduce)")
+    if not args.link_gbps > 0 or not args.host_overhead_us >= 0 or not args.switch_latency_ns >= 0 \
+            or not args.link_latency_ns >= 0:
+        ap.error("--link-gbps must be positive and the latencies and overhead not negative")
+    if not args.host_overhead_us + args.switch_latency_ns + args.link_latency_ns > 0:
+        ap.error("a fabric with no latency at all has no round trip to model")
+    if (args.payload_bytes is not None and args.payload_bytes < 1) or (args.window is not None and args.window < 1):
+        ap.error("--payload-bytes and --window must be at least 1")
     try:
         bench = json.loads(args.results.read_text())
-        runs, payload = bench["runs"], int(bench["config"]["payload_bytes"])
-        fitted = fit(runs, payload)
+        runs, config = bench["runs"], bench["config"]
+        payload, window = int(config["payload_bytes"]), int(config.get("window", 16))
+        fitted = fit(runs, payload, window)
     except (OSError, ValueError, KeyError, TypeError) as err:
         ap.error(f"{args.results}: not a usable bench result ({err})")
     out = args.out or args.results.parent
-    out.mkdir(parents=True, exist_ok=True)
+    if (why := unwritable(out / "model.json")) is not None:
+        ap.error(why)
+    budget_path = args.budget or args.results.parent / "budget.json"
+    budget = None
+    if args.budget is not None or budget_path.exists():
+        try:
+            budget = json.loads(budget_path.read_text())["budget"]
+        except (OSError, ValueError, KeyError) as err:
+            ap.error(f"{budget_path}: not a usable budget result ({err})")
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
 
-    real = Fabric.describe(args.link_gbps, args.switch_latency_ns, args.host_overhead_us,
-                           args.link_latency_ns, args.payload_bytes)
-    sizes = np.geomspace(256, 256 << 20, 80)
+    real = Fabric.describe(args.link_gbps, args.switch_latency_ns, args.host_overhead_us, args.link_latency_ns,
+                           args.payload_bytes or payload, args.window or window)
+    real_title = (f"{args.link_gbps:g} Gb/s links, {args.switch_latency_ns:g} ns switch, "
+                  f"{args.host_overhead_us:g} us host overhead; {real.window} x {real.payload_bytes} B in flight")
     plots.completion_times(runs, fitted.fabric, out / "completion_time.png")
     plots.speedups(runs, fitted.fabric, out / "speedup.png")
-    plots.fabric_speedups(real, args.workers, sizes,
-                          f"{args.link_gbps:g} Gb/s links, {args.switch_latency_ns:g} ns switch, "
-                          f"{args.host_overhead_us:g} us host overhead", out / "fabric_speedup.png")
-
+    plots.fabric_speedups(real, args.workers, np.geomspace(64, 256 << 20, 80), real_title,
+                          out / "fabric_speedup.png")
+    held_out = out_of_sample(runs, payload, window)
     summary = {
+        "bench": {"environment": bench.get("environment"), "config": config},
         "measured_fabric": asdict(fitted.fabric),
+        "fixed_cost": _fixed_cost(fitted.fabric, sorted({r["workers"] for r in runs})),
         "fit": {"points": fitted.points, "median_abs_rel_error": fitted.median_abs_rel_error,
                 "max_abs_rel_error": fitted.max_abs_rel_error},
-        "measured_speedup": _measured_speedups(runs),
+        "out_of_sample": {str(n): {"median_abs_rel_error": med, "max_abs_rel_error": mx}
+                          for n, (med, mx) in held_out.items()},
+        "points": _points(runs),
+        "measured_speedup": {b: _measured_speedups(runs, b) for b in BASELINES},
         "described_fabric": asdict(real),
         "predicted_speedup": {
-            str(n): {str(s): predict(real, "ring", n, s) / predict(real, "inc", n, s)
-                     for s in (4096, 1 << 20, 64 << 20)} for n in args.workers},
+            str(n): {str(s): predict(real, "ring", n, s) / predict(real, "inc", n, s) for s in PREDICTED_SIZES}
+            for n in args.workers},
     }
-    (out / "model.json").write_text(json.dumps(summary, indent=2))
-    log.info("fit over %d points: median error %.1f%%, max %.1f%%", fitted.points,
-             100 * fitted.median_abs_rel_error, 100 * fitted.max_abs_rel_error)
-    for n, by_size in summary["measured_speedup"].items():
-        log.info("N=%s measured INC speedup over ring: %s", n,
-                 ", ".join(f"{s} B x{v:.2f}" for s, v in by_size.items()))
-    log.info("wrote %s", ", ".join(str(out / f) for f in
-                                   ("completion_time.png", "speedup.png", "fabric_speedup.png", "model.json")))
+    try:
+        (out / "model.json").write_text(json.dumps(summary, indent=2))
+        (out / "results.md").write_text(report(summary, fitted, real_title, budget))
+    except OSError as err:
+        log.error("cannot write into %s: %s", out, err.strerror or err)
+        return 1
+    log.info("fit over %d points: median error %.1f%%, max %.1f%%; out of sample: %s", fitted.points,
+             100 * fitted.median_abs_rel_error, 100 * fitted.max_abs_rel_error,
+             ", ".join(f"N={n} median {100 * a:.1f}% max {100 * b:.1f}%" for n, (a, b) in held_out.items()))
+    for baseline, by_n in summary["measured_speedup"].items():
+        for n, by_size in by_n.items():
+            log.info("N=%s measured INC speedup over %s: %s", n, baseline,
+                     ", ".join(f"{s} B x{v:.2f}" for s, v in by_size.items()))
+    log.info("wrote %s", ", ".join(str(out / f) for f in ("completion_time.png", "speedup.png",
+                                                          "fabric_speedup.png", "model.json", "results.md")))
     return 0
 
 
-def _measured_speedups(runs: list[dict]) -> dict[str, dict[str, float]]:
+def _fixed_cost(fabric: Fabric, workers: list[int]) -> dict:
+    """The fitted cost of a call before any packet: call_s + N x worker_s, per measured N."""
+    return {"call_s": fabric.call_s, "per_worker_s": fabric.worker_s,
+            "by_workers_s": {str(n): fabric.call_s + n * fabric.worker_s for n in workers}}
+
+
+def _points(runs: list[dict]) -> list[dict]:
+    return [{"algorithm": r["algorithm"], "workers": r["workers"], "bytes": r["bytes"], "reps": len(r["times_s"]),
+             "median_s": float(np.median(r["times_s"])), "p99_s": float(np.percentile(r["times_s"], 99))}
+            for r in sorted(runs, key=lambda r: (r["workers"], r["bytes"], r["algorithm"]))]
+
+
+def _measured_speedups(runs: list[dict], baseline: str) -> dict[str, dict[str, float]]:
     med = {(r["algorithm"], r["workers"], r["bytes"]): float(np.median(r["times_s"])) for r in runs}
     result: dict[str, dict[str, float]] = {}
     for (alg, n, s), t in sorted(med.items(), key=lambda kv: (kv[0][1], kv[0][2])):
-        if alg == "inc" and ("ring", n, s) in med:
-            result.setdefault(str(n), {})[str(s)] = med[("ring", n, s)] / t
+        if alg == "inc" and (baseline, n, s) in med:
+            result.setdefault(str(n), {})[str(s)] = med[(baseline, n, s)] / t
     return result
+
+
+def report(summary: dict, fitted: Fit, real_title: str, budget: list[dict] | None) -> str:
+    """results.md: where the numbers came from, then per worker count the medians and p99s
+    of every algorithm and INC's speedup over each baseline, the model and its errors."""
+    env = summary["bench"]["environment"] or {}
+    config = summary["bench"]["config"]
+    lines = ["# AllReduce on p4sim in Mininet: INC vs host ring vs MPI_Allreduce", "",
+             f"Command: `{config.get('command', 'python -m bench')}`, then `python -m analysis`. "
+             f"Commit {env.get('versions', {}).get('p4inc')}"
+             f"{' with uncommitted changes' if env.get('dirty') else ''}, {env.get('created')}, "
+             f"{env.get('machine', {}).get('cores')} cores ({env.get('machine', {}).get('cpu')}), "
+             f"target {env.get('target')}, {config.get('dtype')}, {config.get('payload_bytes')} B per packet, "
+             f"window {config.get('window')}, {config.get('duration_s', 0):.0f} s.", "",
+             "Speedup = baseline median / INC median, same run, same switch. *ring*: the host ring "
+             "(hosts/ring.py) over UDP with cumulative and selective acks; *MPI*: Open MPI's "
+             "MPI_Allreduce over TCP, one rank per host.", ""]
+    points = {(p["algorithm"], p["workers"], p["bytes"]): p for p in summary["points"]}
+    for n in sorted({w for _, w, _ in points}):
+        lines += [f"## N = {n}", "", "| size | reps | INC median / p99 (ms) | ring median / p99 (ms) | "
+                  "MPI median / p99 (ms) | INC over ring | INC over MPI |", "|---|---|---|---|---|---|---|"]
+        for s in sorted({b for _, w, b in points if w == n}):
+            cells = [_size(s), str(max(p["reps"] for (a, w, b), p in points.items() if w == n and b == s))]
+            for alg in ("inc", "ring", "mpi"):
+                p = points.get((alg, n, s))
+                cells.append(f"{1e3 * p['median_s']:.2f} / {1e3 * p['p99_s']:.2f}" if p else "-")
+            for baseline in BASELINES:
+                v = summary["measured_speedup"][baseline].get(str(n), {}).get(str(s))
+                cells.append(f"{v:.2f}x" if v is not None else "-")
+            lines.append("| " + " | ".join(cells) + " |")
+        lines.append("")
+    f = fitted.fabric
+    lines += ["## The model (analysis/model.py)", "",
+              f"Fitted to {fitted.points} INC and ring medians: median error {100 * fitted.median_abs_rel_error:.1f}%, "
+              f"max {100 * fitted.max_abs_rel_error:.1f}%. Out of sample (fit without N, predict N): " + ", ".join(
+                  f"N={n} median {100 * e['median_abs_rel_error']:.1f}% max {100 * e['max_abs_rel_error']:.1f}%"
+                  for n, e in summary["out_of_sample"].items()) + ".",
+              "", f"Parameters: fixed cost per call {1e6 * f.call_s:.0f} us + {1e6 * f.worker_s:.0f} us per worker "
+              f"(" + ", ".join(f"N={n}: {1e6 * v:.0f} us" for n, v in summary["fixed_cost"]["by_workers_s"].items())
+              + f"); alpha {1e6 * f.alpha_s:.0f} us per step; {1e6 * f.host_packet_s:.1f} us per host packet; "
+              f"{1e6 * f.switch_packet_s:.1f} us per switch pass; bandwidth {f.bandwidth_Bps / 1e6:.1f} MB/s.", "",
+              f"Predicted speedup over ring for a real fabric ({real_title}):", "",
+              "| N | " + " | ".join(_size(s) for s in PREDICTED_SIZES) + " |",
+              "|---|" + "---|" * len(PREDICTED_SIZES)]
+    for n, by_size in summary["predicted_speedup"].items():
+        lines.append(f"| {n} | " + " | ".join(f"{by_size[str(s)]:.2f}x" for s in PREDICTED_SIZES) + " |")
+    if budget:
+        lines += ["", "## Latency budget of one INC call (`python -m bench --budget`)", "", budget_table(budget)]
+    return "\n".join(lines) + "\n"
+
+
+def _size(nbytes: int) -> str:
+    for unit, shift in (("MiB", 20), ("KiB", 10)):
+        if nbytes >= 1 << shift and nbytes % (1 << shift) == 0:
+            return f"{nbytes >> shift} {unit}"
+    return f"{nbytes} B"
 
 
 if __name__ == "__main__":

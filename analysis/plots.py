@@ -8,9 +8,11 @@ matplotlib.use("Agg")   # files only: no display on a switch host or in CI
 import matplotlib.pyplot as plt
 import numpy as np
 
-from .model import Fabric, predict
+from .model import MODELLED, Fabric, predict
 
-COLOURS = {"inc": "tab:blue", "ring": "tab:orange", "tree": "tab:green"}
+COLOURS = {"inc": "tab:blue", "ring": "tab:orange", "mpi": "tab:red", "tree": "tab:green"}
+LABELS = {"inc": "INC", "ring": "ring", "mpi": "MPI_Allreduce", "tree": "tree"}
+BASELINE_MARKERS = {"ring": "o", "mpi": "^"}
 
 
 def _sizes(runs: list[dict]) -> np.ndarray:
@@ -24,47 +26,53 @@ def _by(runs: list[dict], algorithm: str, workers: int) -> list[dict]:
 
 
 def completion_times(runs: list[dict], fabric: Fabric, out: Path) -> None:
-    """Time vs message size per worker count: measured medians (bars: quartiles), model lines."""
+    """Time vs message size per worker count: measured medians (bars: 25th percentile to
+    p99) for INC, ring and MPI, and the model's lines for INC and ring."""
     workers = sorted({r["workers"] for r in runs})
     fig, axes = plt.subplots(1, len(workers), figsize=(5 * len(workers), 4), squeeze=False)
     grid = _sizes(runs)
     for ax, n in zip(axes[0], workers):
-        for alg in ("inc", "ring"):
+        for alg in ("inc", "ring", "mpi"):
             pts = _by(runs, alg, n)
             if not pts:
                 continue
             x = [r["bytes"] for r in pts]
-            q = np.array([np.percentile(r["times_s"], [25, 50, 75]) for r in pts])
-            ax.errorbar(x, q[:, 1], yerr=[q[:, 1] - q[:, 0], q[:, 2] - q[:, 1]], fmt="o",
-                        color=COLOURS[alg], label=f"{alg} measured")
-            ax.plot(grid, [predict(fabric, alg, n, s) for s in grid], "-", color=COLOURS[alg],
-                    alpha=0.6, label=f"{alg} model")
-        ax.set(xscale="log", yscale="log", title=f"N = {n} workers",
+            q = np.array([np.percentile(r["times_s"], [25, 50, 99]) for r in pts])
+            ax.errorbar(x, q[:, 1], yerr=[q[:, 1] - q[:, 0], q[:, 2] - q[:, 1]], fmt="o", capsize=2,
+                        color=COLOURS[alg], label=f"{LABELS[alg]} measured")
+            if alg in MODELLED:
+                ax.plot(grid, [predict(fabric, alg, n, s) for s in grid], "-", color=COLOURS[alg],
+                        alpha=0.6, label=f"{LABELS[alg]} model")
+        ax.set(xscale="log", yscale="log", title=f"N = {n} workers (median; bars 25th pct to p99)",
                xlabel="message size per worker (bytes)", ylabel="completion time (s)")
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend()
+        ax.legend(fontsize="small")
     fig.tight_layout()
     fig.savefig(out)
     plt.close(fig)
 
 
 def speedups(runs: list[dict], fabric: Fabric, out: Path) -> None:
-    """Ring time / INC time vs size: measured points and the fitted model."""
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    """Baseline time / INC time vs size: measured against ring and MPI, and the model's ring line."""
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
     grid = _sizes(runs)
     for i, n in enumerate(sorted({r["workers"] for r in runs})):
         inc = {r["bytes"]: np.median(r["times_s"]) for r in _by(runs, "inc", n)}
-        ring = {r["bytes"]: np.median(r["times_s"]) for r in _by(runs, "ring", n)}
-        both = sorted(inc.keys() & ring.keys())
         colour = f"C{i}"
-        ax.plot(both, [ring[s] / inc[s] for s in both], "o", color=colour, label=f"N={n} measured")
+        for baseline, marker in BASELINE_MARKERS.items():
+            other = {r["bytes"]: np.median(r["times_s"]) for r in _by(runs, baseline, n)}
+            both = sorted(inc.keys() & other.keys())
+            if both:
+                ax.plot(both, [other[s] / inc[s] for s in both], marker, ls=":" if baseline == "mpi" else "",
+                        color=colour, label=f"N={n} over {LABELS[baseline]}, measured")
         ax.plot(grid, [predict(fabric, "ring", n, s) / predict(fabric, "inc", n, s) for s in grid],
-                "-", color=colour, alpha=0.6, label=f"N={n} model")
+                "-", color=colour, alpha=0.6, label=f"N={n} over ring, model")
     ax.axhline(1.0, color="grey", lw=0.8)
-    ax.set(xscale="log", xlabel="message size per worker (bytes)", ylabel="speedup of INC over ring",
-           title="In-network AllReduce vs host ring, same fabric")
+    ax.set(xscale="log", ylim=(0, None), xlabel="message size per worker (bytes)",
+           ylabel="speedup of INC (baseline time / INC time)",
+           title="In-network AllReduce vs host ring and MPI_Allreduce, same switch")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(ncol=2)
+    ax.legend(ncol=3, fontsize="x-small")
     fig.tight_layout()
     fig.savefig(out)
     plt.close(fig)

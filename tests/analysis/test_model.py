@@ -1,21 +1,36 @@
-"""The latency model's shape, its fit on synthetic measurements, and the analysis CLI."""
+"""The latency model's shape, its fit and out-of-sample check on synthetic measurements,
+and the analysis CLI (its report and its one-line errors)."""
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from analysis.__main__ import main
-from analysis.model import Fabric, fit, predict
+from analysis.model import Fabric, fit, out_of_sample, predict, terms
 
-SOFTWARE = Fabric(alpha_s=300e-6, bandwidth_Bps=5e7, host_packet_s=20e-6,
-                  switch_packet_s=30e-6, payload_bytes=128)
+REPO = Path(__file__).resolve().parents[2]
+SOFTWARE = Fabric(alpha_s=300e-6, bandwidth_Bps=5e7, host_packet_s=20e-6, switch_packet_s=30e-6,
+                  call_s=400e-6, worker_s=100e-6, payload_bytes=128, window=16)
+SIZES = (64, 256, 4096, 65536, 1 << 20)
 
 
 def synthetic_runs(fabric: Fabric, noise: float, seed: int = 1) -> list[dict]:
     rng = np.random.default_rng(seed)
-    return [dict(algorithm=a, workers=n, bytes=s,
+    runs = [dict(algorithm=a, workers=n, bytes=s,
                  times_s=[predict(fabric, a, n, s) * (1 + noise * rng.standard_normal()) for _ in range(5)])
-            for a in ("inc", "ring") for n in (2, 4, 8) for s in (256, 4096, 65536, 1 << 20)]
+            for a in ("inc", "ring") for n in (2, 4, 8) for s in SIZES]
+    # MPI is measured, not modelled: its points must not move the fit.
+    return runs + [dict(algorithm="mpi", workers=n, bytes=s, times_s=[1.0]) for n in (2, 4, 8) for s in SIZES]
+
+
+def write_bench(path: Path, runs: list[dict]) -> Path:
+    path.write_text(json.dumps({"config": {"payload_bytes": 128, "window": 16, "command": "python -m bench"},
+                                "environment": {"versions": {"p4inc": "abc1234"}, "dirty": True},
+                                "runs": runs}))
+    return path
 
 
 def test_line_rate_fabric_speedup_tends_to_ring_bandwidth_factor():
@@ -26,33 +41,73 @@ def test_line_rate_fabric_speedup_tends_to_ring_bandwidth_factor():
 
 
 def test_small_message_speedup_counts_latency_steps():
-    real = Fabric.describe(link_gbps=400, switch_latency_ns=500, host_overhead_us=1)
+    real = Fabric(alpha_s=1.7e-6, bandwidth_Bps=float("inf"))
     small = predict(real, "ring", 64, 64) / predict(real, "inc", 64, 64)
     assert small == pytest.approx(2 * 63, rel=0.01)
     assert predict(real, "tree", 64, 64) / predict(real, "inc", 64, 64) == pytest.approx(12, rel=0.01)
 
 
+def test_a_real_fabric_runs_at_most_a_window_of_packets_per_round_trip():
+    """16 packets of 128 B per 1.7 us round trip is 1.2 GB/s, far below a 400 Gb/s link."""
+    real = Fabric.describe(link_gbps=400, switch_latency_ns=500, host_overhead_us=1, payload_bytes=128, window=16)
+    assert real.bandwidth_Bps == pytest.approx(16 * 128 / 1.7e-6)
+    wide = Fabric.describe(link_gbps=400, switch_latency_ns=500, host_overhead_us=1, payload_bytes=1024, window=4096)
+    assert wide.bandwidth_Bps == pytest.approx(400e9 / 8)
+
+
+def test_ring_with_fewer_chunks_than_workers_counts_only_the_chunks_it_sends():
+    """One chunk, 8 workers: 14 steps each forward that one chunk (plus its ack), not 8 of them."""
+    _, _, steps, _, host_packets, passes = terms("ring", 8, 128, payload=128, window=16)
+    assert steps == 14
+    assert host_packets == 2 * 14 * (1 + 1)          # per step one chunk and one ack, each sent and received
+    assert passes == 2 * 14 * (1 + 1)                 # one chunk and one ack per step, ingress and egress
+    _, _, _, _, _, big = terms("ring", 8, 8 * 128 * 16, payload=128, window=16)
+    assert big == 2 * 14 * (8 * 16 + 8 * 2)           # 16 chunks per link per step, one ack per 8
+
+
 def test_fit_recovers_parameters_of_noiseless_measurements():
     fitted = fit(synthetic_runs(SOFTWARE, noise=0.0), payload_bytes=128)
-    assert fitted.max_abs_rel_error < 1e-6
+    assert fitted.max_abs_rel_error < 1e-6 and fitted.points == 30
     assert fitted.fabric.alpha_s == pytest.approx(SOFTWARE.alpha_s, rel=1e-3)
     assert fitted.fabric.switch_packet_s == pytest.approx(SOFTWARE.switch_packet_s, rel=1e-3)
+    assert fitted.fabric.call_s + 8 * fitted.fabric.worker_s == pytest.approx(1.2e-3, rel=1e-3)
+
+
+def test_out_of_sample_error_is_that_of_the_fitted_model_on_the_held_out_count():
+    exact = out_of_sample(synthetic_runs(SOFTWARE, noise=0.0), payload_bytes=128)
+    assert sorted(exact) == [2, 4, 8] and all(mx < 1e-6 for _, mx in exact.values())
+    # Held-out points measured 30% slow show up as 30% error, whatever the other counts say.
+    runs = synthetic_runs(SOFTWARE, noise=0.0)
+    for r in runs:
+        if r["workers"] == 8 and r["algorithm"] != "mpi":
+            r["times_s"] = [t * 1.3 for t in r["times_s"]]
+    median, largest = out_of_sample(runs, payload_bytes=128)[8]
+    assert median == pytest.approx(0.3 / 1.3, rel=1e-3) and largest == pytest.approx(0.3 / 1.3, rel=1e-3)
 
 
 def test_fit_refuses_too_few_points():
-    with pytest.raises(ValueError, match="at least 4"):
-        fit(synthetic_runs(SOFTWARE, 0.0)[:3], payload_bytes=128)
+    with pytest.raises(ValueError, match="at least 6"):
+        fit(synthetic_runs(SOFTWARE, 0.0)[:5], payload_bytes=128)
 
 
-def test_cli_writes_plots_and_summary(tmp_path):
-    results = tmp_path / "bench.json"
-    results.write_text(json.dumps({"config": {"payload_bytes": 128}, "runs": synthetic_runs(SOFTWARE, 0.05)}))
+def test_cli_writes_plots_summary_and_report(tmp_path):
+    results = write_bench(tmp_path / "bench.json", synthetic_runs(SOFTWARE, 0.05))
+    (tmp_path / "budget.json").write_text(json.dumps({"budget": [
+        {"workers": 2, "bytes": 256, "calls": 3, "call_s": 1e-3, "call_p99_s": 2e-3, "start_skew_s": 1e-4,
+         "worker_call_s": 9e-4, "parts": {"send_s": 1e-4}}]}))
     assert main([str(results), "-o", str(tmp_path / "out")]) == 0
     for name in ("completion_time.png", "speedup.png", "fabric_speedup.png"):
         assert (tmp_path / "out" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     summary = json.loads((tmp_path / "out" / "model.json").read_text())
     assert summary["fit"]["median_abs_rel_error"] < 0.05
-    assert summary["measured_speedup"]["8"]["256"] > summary["measured_speedup"]["2"]["256"]
+    assert set(summary["out_of_sample"]) == {"2", "4", "8"}
+    assert summary["measured_speedup"]["ring"]["8"]["256"] > summary["measured_speedup"]["ring"]["2"]["256"]
+    assert summary["measured_speedup"]["mpi"]["2"]["64"] == pytest.approx(1 / np.median(
+        [r["times_s"] for r in synthetic_runs(SOFTWARE, 0.05) if r["algorithm"] == "inc" and r["workers"] == 2
+         and r["bytes"] == 64][0]))
+    report = (tmp_path / "out" / "results.md").read_text()
+    assert "abc1234 with uncommitted changes" in report and "| 64 B | 5 |" in report
+    assert "Latency budget" in report and "| 2 | 256 | 3 | 1000 | 2000 | 100 | 900 | 100 |" in report
 
 
 def test_cli_rejects_a_file_that_is_not_a_bench_result(tmp_path, capsys):
@@ -62,3 +117,23 @@ def test_cli_rejects_a_file_that_is_not_a_bench_result(tmp_path, capsys):
         main([str(bad)])
     assert e.value.code == 2
     assert "not a usable bench result" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--link-gbps", "0"], "--link-gbps must be positive"),
+    (["--workers", "1"], "at least 2 workers"),
+    (["--workers", "8", "1"], "at least 2 workers"),
+    (["--window", "0"], "--window must be at least 1"),
+    (["-o", "{file}/out"], "cannot write"),
+])
+def test_cli_bad_input_is_one_line_error_not_traceback(tmp_path, args, message):
+    results = write_bench(tmp_path / "bench.json", synthetic_runs(SOFTWARE, 0.0))
+    (tmp_path / "file").write_text("")
+    args = [a.format(file=tmp_path / "file") for a in args]
+    proc = subprocess.run([sys.executable, "-m", "analysis", str(results), *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("python -m analysis: error: ") and message in last, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "model.json").exists()
