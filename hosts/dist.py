@@ -13,6 +13,7 @@ The module-level functions act on one default group, as torch.distributed's do; 
 """
 from __future__ import annotations
 
+import dataclasses
 import enum
 import json
 import logging
@@ -57,7 +58,10 @@ class LaunchEnv:
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> LaunchEnv:
         """torchrun's RANK/WORLD_SIZE/LOCAL_RANK, else Open MPI's OMPI_COMM_WORLD_*, plus the
-        rendezvous MASTER_ADDR/MASTER_PORT (export them through mpirun with -x)."""
+        rendezvous MASTER_ADDR/MASTER_PORT (export them through mpirun with -x).
+
+        Under torchrun (TORCHELASTIC_RUN_ID is set) its agent's store holds MASTER_PORT, so the
+        rendezvous takes MASTER_PORT + 1; P4INC_RENDEZVOUS_PORT overrides either."""
         env = os.environ if environ is None else environ
 
         def first(*names: str, default: str | None = None) -> str:
@@ -80,6 +84,10 @@ class LaunchEnv:
                        world_size=number("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE"),
                        local_rank=number("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", default="0"),
                        master_addr=first("MASTER_ADDR"), master_port=number("MASTER_PORT"))
+        if env.get("P4INC_RENDEZVOUS_PORT"):
+            launched = dataclasses.replace(launched, master_port=number("P4INC_RENDEZVOUS_PORT"))
+        elif env.get("TORCHELASTIC_RUN_ID"):
+            launched = dataclasses.replace(launched, master_port=launched.master_port + 1)
         if not 0 <= launched.rank < launched.world_size:
             raise DistError(f"rank {launched.rank} is not in 0..{launched.world_size - 1} (WORLD_SIZE)")
         return launched
@@ -92,8 +100,8 @@ class Options:
     aggregator: tuple[str, int] = (AGG_IP, INC_PORT)   # P4INC_AGGREGATOR=IP[:PORT]
     inc_port: int | None = None                   # P4INC_PORT; default INC_PORT + LOCAL_RANK
     interface: str | None = None                  # P4INC_INTERFACE: bind the sockets to it (root)
-    window: int = 16
-    timeout: float = 0.02                         # seconds before a chunk is sent again
+    window: int = 16                              # P4INC_WINDOW: slots / unacknowledged chunks in flight
+    timeout: float = 0.02                         # P4INC_TIMEOUT_MS: before a chunk is sent again
     max_retries: int = 200
     probe_timeout: float = 1.0                    # P4INC_PROBE_TIMEOUT: "auto" waits this long for the switch
 
@@ -106,7 +114,9 @@ class Options:
                        aggregator=(host, int(port) if port else INC_PORT),
                        inc_port=int(env["P4INC_PORT"]) if env.get("P4INC_PORT") else None,
                        interface=env.get("P4INC_INTERFACE") or None,
-                       probe_timeout=float(env.get("P4INC_PROBE_TIMEOUT", 1.0)))
+                       window=int(env.get("P4INC_WINDOW", cls.window)),
+                       timeout=float(env.get("P4INC_TIMEOUT_MS", 1e3 * cls.timeout)) / 1e3,
+                       probe_timeout=float(env.get("P4INC_PROBE_TIMEOUT", cls.probe_timeout)))
         except ValueError as e:
             raise DistError(f"a P4INC_* variable is malformed: {e}") from None
 

@@ -109,6 +109,9 @@ def test_rank_and_world_size_come_from_torchrun_or_open_mpi_variables():
     mpi = LaunchEnv.from_environ({"OMPI_COMM_WORLD_RANK": "2", "OMPI_COMM_WORLD_SIZE": "8",
                                   "OMPI_COMM_WORLD_LOCAL_RANK": "0", "MASTER_ADDR": "h1", "MASTER_PORT": "1"})
     assert (mpi.rank, mpi.world_size, mpi.local_rank) == (2, 8, 0)
+    under_torchrun = LaunchEnv.from_environ({"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "h1",
+                                             "MASTER_PORT": "29500", "TORCHELASTIC_RUN_ID": "x"})
+    assert under_torchrun.master_port == 29501            # torchrun's own store holds MASTER_PORT
     with pytest.raises(DistError, match="RANK or OMPI_COMM_WORLD_RANK is not set"):
         LaunchEnv.from_environ({"WORLD_SIZE": "2", "MASTER_ADDR": "x", "MASTER_PORT": "1"})
     with pytest.raises(DistError, match="rank 5 is not in 0..3"):
