@@ -1,0 +1,197 @@
+"""Corpus programs that do a whole job: a VXLAN tunnel endpoint, an L4 load balancer,
+INT-style telemetry over a header stack, a TCP connection-tracking firewall, an
+IPv6 router and an ARP/ICMP responder.
+
+Expected packets are built with Scapy's own layers for the protocols (VXLAN, IPv6,
+ARP, ICMP), so lengths and checksums come from an independent implementation.
+"""
+from __future__ import annotations
+
+import pytest
+from scapy.fields import ByteField, IntField, ShortField
+from scapy.layers.inet import ICMP, IP, TCP, UDP
+from scapy.layers.l2 import Ether
+from scapy.layers.vxlan import VXLAN
+from scapy.packet import Packet, Raw
+
+from tests.p4sim.oracles import H1_MAC, H2_MAC, H3_MAC, PAYLOAD, add, concat, crc16, crc32, ip, mac, rebuilt
+
+# --- vxlan.p4 ------------------------------------------------------------------------------
+
+VTEP_IP, REMOTE_IP = "192.0.2.1", "192.0.2.2"
+VTEP_MAC, UNDERLAY_MAC = "00:00:00:00:0a:01", "00:00:00:00:0a:02"
+VNI = 5000
+
+
+def setup_vxlan(sw) -> None:
+    add(sw, "MyIngress.port_vni", [("exact", 1)], "MyIngress.set_vni", VNI)
+    add(sw, "MyIngress.l2_vni", [("exact", VNI), ("exact", mac(H2_MAC))], "MyIngress.encap",
+        ip(VTEP_IP), ip(REMOTE_IP), mac(VTEP_MAC), mac(UNDERLAY_MAC), 9)
+    add(sw, "MyIngress.l2_vni", [("exact", VNI), ("exact", mac(H3_MAC))], "MyIngress.local_forward", 3)
+    add(sw, "MyIngress.local_vtep", [("exact", ip(VTEP_IP))], "MyIngress.decap")
+    add(sw, "MyIngress.inner_l2", [("exact", VNI), ("exact", mac(H1_MAC))], "MyIngress.local_forward", 1)
+
+
+def test_vxlan_encapsulates_a_local_frame_for_a_remote_mac(make_switch):
+    sw = make_switch("vxlan")
+    setup_vxlan(sw)
+    frame = Ether(dst=H2_MAC, src=H1_MAC) / IP(src="10.0.0.1", dst="10.0.0.2") / UDP() / PAYLOAD
+    sport = 49152 + crc16(concat((mac(H2_MAC), 48), (mac(H1_MAC), 48), (0x0800, 16))) % 16384
+    expected = Ether(dst=UNDERLAY_MAC, src=VTEP_MAC) / \
+        IP(src=VTEP_IP, dst=REMOTE_IP, ttl=64, id=0, flags=0) / UDP(sport=sport, dport=4789, chksum=0) / \
+        VXLAN(flags=0x08, vni=VNI) / frame
+    assert sw.process(1, bytes(frame)) == [(9, bytes(expected))]
+
+
+def test_vxlan_decapsulates_and_bridges_the_inner_frame(make_switch):
+    sw = make_switch("vxlan")
+    setup_vxlan(sw)
+    inner = Ether(dst=H1_MAC, src=H2_MAC) / IP(src="10.0.0.2", dst="10.0.0.1") / UDP() / PAYLOAD
+    tunnelled = Ether(dst=VTEP_MAC, src=UNDERLAY_MAC) / IP(src=REMOTE_IP, dst=VTEP_IP) / \
+        UDP(sport=50000, dport=4789) / VXLAN(vni=VNI) / inner
+    assert sw.process(9, bytes(tunnelled)) == [(1, bytes(inner))]
+
+
+def test_vxlan_local_bridging_and_what_it_drops(make_switch):
+    sw = make_switch("vxlan")
+    setup_vxlan(sw)
+    local = bytes(Ether(dst=H3_MAC, src=H1_MAC) / PAYLOAD)
+    assert sw.process(1, local) == [(3, local)]
+    assert sw.process(2, local) == []                       # port 2 is in no VNI
+    inner = Ether(dst=H1_MAC, src=H2_MAC) / PAYLOAD
+    other_vtep = Ether() / IP(src=REMOTE_IP, dst="192.0.2.9") / UDP(dport=4789) / VXLAN(vni=VNI) / inner
+    assert sw.process(9, bytes(other_vtep)) == []
+    wrong_vni = Ether() / IP(src=REMOTE_IP, dst=VTEP_IP) / UDP(dport=4789) / VXLAN(vni=VNI + 1) / inner
+    assert sw.process(9, bytes(wrong_vni)) == []
+
+
+# --- l4_lb.p4 ------------------------------------------------------------------------------
+
+VIP, CLIENT = "10.10.10.10", "172.16.0.5"
+BACKENDS = {7: ("10.0.1.1", H1_MAC, 1), 8: ("10.0.1.2", H2_MAC, 2), 9: ("10.0.1.3", H3_MAC, 3)}
+CLIENT_MAC = "08:00:00:00:0c:0c"
+
+
+def setup_lb(sw) -> None:
+    add(sw, "MyIngress.vips", [("exact", ip(VIP)), ("exact", 80)], "MyIngress.pick_member", 7, 3)
+    for member, (addr, mac_, port) in BACKENDS.items():
+        add(sw, "MyIngress.members", [("exact", member)], "MyIngress.to_backend", ip(addr), mac(mac_), port)
+        add(sw, "MyIngress.backends", [("exact", ip(addr)), ("exact", 80)], "MyIngress.from_backend",
+            ip(VIP), mac(CLIENT_MAC), 4)
+
+
+def lb_flow(sport: int, payload: bytes = b"GET / HTTP/1.0\r\n\r\n") -> Ether:
+    return Ether(dst=H1_MAC, src=CLIENT_MAC) / IP(src=CLIENT, dst=VIP) / \
+        TCP(sport=sport, dport=80, flags="PA", seq=1000 + sport) / Raw(payload)
+
+
+def test_lb_sends_each_flow_to_the_backend_its_crc32_picks(make_switch):
+    sw = make_switch("l4_lb")
+    setup_lb(sw)
+    used = set()
+    for sport in range(40000, 40030):
+        sent = lb_flow(sport)
+        key = concat((ip(CLIENT), 32), (ip(VIP), 32), (6, 8), (sport, 16), (80, 16))
+        addr, mac_, port = BACKENDS[7 + crc32(key) % 3]
+        expected = sent.copy()
+        expected[IP].dst, expected[Ether].dst = addr, mac_
+        assert sw.process(4, bytes(sent)) == [(port, rebuilt(expected))], sport
+        used.add(port)
+    assert used == {1, 2, 3}
+
+
+def test_lb_reply_from_a_backend_comes_from_the_vip(make_switch):
+    sw = make_switch("l4_lb")
+    setup_lb(sw)
+    reply = Ether(dst="00:00:00:00:01:00", src=H2_MAC) / IP(src="10.0.1.2", dst=CLIENT) / \
+        TCP(sport=80, dport=40001, flags="A", options=[("NOP", None), ("NOP", None), ("Timestamp", (1, 2))]) / \
+        Raw(b"HTTP/1.0 200 OK\r\n")
+    expected = reply.copy()
+    expected[IP].src, expected[Ether].dst = VIP, CLIENT_MAC
+    assert sw.process(2, bytes(reply)) == [(4, rebuilt(expected))]
+
+
+def test_lb_drops_unknown_services_and_non_tcp(make_switch):
+    sw = make_switch("l4_lb")
+    setup_lb(sw)
+    other_port = lb_flow(40000)
+    other_port[TCP].dport = 443
+    assert sw.process(4, bytes(other_port)) == []
+    assert sw.process(4, bytes(Ether() / IP(src=CLIENT, dst=VIP) / UDP(dport=80))) == []
+
+
+# --- int_telemetry.p4 ----------------------------------------------------------------------
+
+class IntShim(Packet):
+    name = "IntShim"
+    fields_desc = [ByteField("hop_count", 0), ByteField("max_hops", 4), ShortField("orig_dport", 0)]
+
+
+class IntRecord(Packet):
+    name = "IntRecord"
+    fields_desc = [IntField("switch_id", 0), ShortField("ingress_port", 0), ShortField("egress_port", 0),
+                   IntField("qdepth", 0)]
+
+    def extract_padding(self, s: bytes) -> tuple[bytes, bytes]:
+        return b"", s
+
+
+INT_SWITCH_ID, APP_PORT = 0x51, 9999
+ROUTER = "00:00:00:00:01:00"
+
+
+def setup_int(sw, sink_port: int | None = None) -> None:
+    add(sw, "MyIngress.ipv4_lpm", [("lpm", ip("10.0.2.0"), 24)], "MyIngress.ipv4_forward", mac(H2_MAC), 2)
+    sw.state.tables["MyEgress.int_transit"].set_default("MyEgress.add_record", (INT_SWITCH_ID,))
+    if sink_port is not None:
+        add(sw, "MyEgress.int_sink", [("exact", sink_port)], "MyEgress.strip_int")
+
+
+def int_datagram(records: list[IntRecord], max_hops: int = 4, dst_mac: str = ROUTER, src_mac: str = H1_MAC,
+                 ttl: int = 64) -> Ether:
+    layers = IntShim(hop_count=len(records), max_hops=max_hops, orig_dport=APP_PORT)
+    for r in records:
+        layers = layers / r
+    return Ether(dst=dst_mac, src=src_mac) / IP(src="10.0.1.1", dst="10.0.2.2", ttl=ttl) / \
+        UDP(sport=4000, dport=5000, chksum=0) / layers / PAYLOAD
+
+
+def lengths_fixed(pkt: Ether) -> bytes:
+    """IPv4 length and checksum and UDP length recomputed; the UDP checksum stays 0 (none)."""
+    pkt = pkt.copy()
+    del pkt[IP].len, pkt[IP].chksum, pkt[UDP].len
+    return bytes(pkt)
+
+
+@pytest.mark.parametrize("earlier", [0, 1, 3])
+def test_int_transit_pushes_its_record_on_top_and_grows_the_lengths(make_switch, earlier):
+    sw = make_switch("int_telemetry")
+    setup_int(sw)
+    records = [IntRecord(switch_id=i, ingress_port=i, egress_port=i + 1, qdepth=i) for i in range(earlier)]
+    mine = IntRecord(switch_id=INT_SWITCH_ID, ingress_port=1, egress_port=2, qdepth=0)   # no queues in p4sim
+    expected = int_datagram([mine] + records, dst_mac=H2_MAC, src_mac=ROUTER, ttl=63)
+    assert sw.process(1, bytes(int_datagram(records))) == [(2, lengths_fixed(expected))]
+
+
+def test_int_full_trace_is_forwarded_without_a_new_record(make_switch):
+    sw = make_switch("int_telemetry")
+    setup_int(sw)
+    full = [IntRecord(switch_id=i) for i in range(2)]
+    sent = int_datagram(full, max_hops=2)
+    expected = int_datagram(full, max_hops=2, dst_mac=H2_MAC, src_mac=ROUTER, ttl=63)
+    assert sw.process(1, bytes(sent)) == [(2, lengths_fixed(expected))]
+
+
+def test_int_sink_strips_everything_and_restores_the_application_datagram(make_switch):
+    sw = make_switch("int_telemetry")
+    setup_int(sw, sink_port=2)
+    sent = int_datagram([IntRecord(switch_id=7), IntRecord(switch_id=6)])
+    expected = Ether(dst=H2_MAC, src=ROUTER) / IP(src="10.0.1.1", dst="10.0.2.2", ttl=63) / \
+        UDP(sport=4000, dport=APP_PORT, chksum=0) / PAYLOAD
+    assert sw.process(1, bytes(sent)) == [(2, lengths_fixed(expected))]
+
+
+def test_int_too_many_records_is_a_parser_error_and_dropped(make_switch):
+    sw = make_switch("int_telemetry")
+    setup_int(sw)
+    assert sw.process(1, bytes(int_datagram([IntRecord()] * 5, max_hops=8))) == []
