@@ -7,10 +7,13 @@ ARP, ICMP), so lengths and checksums come from an independent implementation.
 """
 from __future__ import annotations
 
+import ipaddress
+
 import pytest
 from scapy.fields import ByteField, IntField, ShortField
 from scapy.layers.inet import ICMP, IP, TCP, UDP
-from scapy.layers.l2 import Ether
+from scapy.layers.inet6 import IPv6
+from scapy.layers.l2 import ARP, Ether
 from scapy.layers.vxlan import VXLAN
 from scapy.packet import Packet, Raw
 
@@ -195,3 +198,135 @@ def test_int_too_many_records_is_a_parser_error_and_dropped(make_switch):
     sw = make_switch("int_telemetry")
     setup_int(sw)
     assert sw.process(1, bytes(int_datagram([IntRecord()] * 5, max_hops=8))) == []
+
+
+# --- conntrack.p4 --------------------------------------------------------------------------
+
+IN_HOST, OUT_HOST = "10.0.1.1", "198.51.100.9"
+CLOSED, SYN_SENT, ESTABLISHED = 0, 1, 2
+
+
+def setup_conntrack(sw) -> None:
+    add(sw, "MyIngress.routes", [("lpm", ip("10.0.1.0"), 24)], "MyIngress.set_port", 1)
+    add(sw, "MyIngress.routes", [("lpm", 0, 0)], "MyIngress.set_port", 2)
+
+
+def segment(outbound: bool, flags: str, in_port: int = 5000, out_port: int = 443) -> bytes:
+    if outbound:
+        return bytes(Ether() / IP(src=IN_HOST, dst=OUT_HOST) / TCP(sport=in_port, dport=out_port, flags=flags))
+    return bytes(Ether() / IP(src=OUT_HOST, dst=IN_HOST) / TCP(sport=out_port, dport=in_port, flags=flags))
+
+
+def conn_cell(in_port: int = 5000, out_port: int = 443) -> int:
+    return crc32(concat((ip(IN_HOST), 32), (in_port, 16), (ip(OUT_HOST), 32), (out_port, 16))) % 1024
+
+
+def test_conntrack_handshake_opens_the_way_back_and_fin_closes_it(make_switch):
+    sw = make_switch("conntrack")
+    setup_conntrack(sw)
+    state = sw.state.registers["MyIngress.conn_state"]
+    cell = conn_cell()
+    steps = [(True, "S", SYN_SENT), (False, "SA", ESTABLISHED), (True, "A", ESTABLISHED),
+             (False, "PA", ESTABLISHED), (False, "FA", CLOSED)]
+    for outbound, flags, after in steps:
+        sent = segment(outbound, flags)
+        assert sw.process(1 if outbound else 2, sent) == [(2 if outbound else 1, sent)], flags
+        assert state.read(cell) == after, flags
+    # Closed: the outside may no longer send.
+    assert sw.process(2, segment(False, "PA")) == []
+    assert sum(state.values) == 0
+
+
+def test_conntrack_drops_unsolicited_and_premature_outside_packets(make_switch):
+    sw = make_switch("conntrack")
+    setup_conntrack(sw)
+    state = sw.state.registers["MyIngress.conn_state"]
+    assert sw.process(2, segment(False, "S")) == []          # nobody asked
+    assert sw.process(2, segment(False, "SA")) == []         # no SYN went out
+    assert sw.process(1, segment(True, "S")) != []
+    assert sw.process(2, segment(False, "A")) == []          # not yet established
+    assert state.read(conn_cell()) == SYN_SENT
+    # Another connection of the same host is tracked apart.
+    assert sw.process(2, segment(False, "SA", in_port=5001)) == []
+    assert sw.process(2, bytes(Ether() / IP(src=OUT_HOST, dst=IN_HOST) / UDP())) == []
+
+
+def test_conntrack_rst_from_inside_closes(make_switch):
+    sw = make_switch("conntrack")
+    setup_conntrack(sw)
+    for outbound, flags in ((True, "S"), (False, "SA"), (True, "R")):
+        sw.process(1 if outbound else 2, segment(outbound, flags))
+    assert sw.state.registers["MyIngress.conn_state"].read(conn_cell()) == CLOSED
+    assert sw.process(2, segment(False, "A")) == []
+
+
+# --- ipv6_router.p4 ------------------------------------------------------------------------
+
+def setup_ipv6(sw) -> None:
+    t = "MyIngress.ipv6_lpm"
+    add(sw, t, [("lpm", int(ipaddress.IPv6Address("2001:db8::")), 32)], "MyIngress.ipv6_forward", mac(H2_MAC), 2)
+    add(sw, t, [("lpm", int(ipaddress.IPv6Address("2001:db8:1::")), 48)], "MyIngress.ipv6_forward",
+        mac(H3_MAC), 3)
+    add(sw, t, [("lpm", int(ipaddress.IPv6Address("2001:db8:1::7")), 128)], "MyIngress.ipv6_forward",
+        mac(H1_MAC), 4)
+
+
+@pytest.mark.parametrize("dst,nhop,port", [("2001:db8:9::1", H2_MAC, 2), ("2001:db8:1::1", H3_MAC, 3),
+                                           ("2001:db8:1::7", H1_MAC, 4)])
+def test_ipv6_longest_prefix_and_hop_limit(make_switch, dst, nhop, port):
+    sw = make_switch("ipv6_router")
+    setup_ipv6(sw)
+    sent = Ether(dst=ROUTER, src=H1_MAC) / IPv6(src="2001:db8:ff::1", dst=dst, hlim=5, fl=0xABCDE, tc=0x2E) / \
+        UDP(sport=1, dport=2) / PAYLOAD
+    expected = sent.copy()
+    expected[Ether].dst, expected[Ether].src, expected[IPv6].hlim = nhop, ROUTER, 4
+    assert sw.process(1, bytes(sent)) == [(port, bytes(expected))]
+
+
+def test_ipv6_drops_expiring_unrouted_and_non_ipv6(make_switch):
+    sw = make_switch("ipv6_router")
+    setup_ipv6(sw)
+    base = Ether(dst=ROUTER, src=H1_MAC)
+    assert sw.process(1, bytes(base / IPv6(dst="2001:db8:1::1", hlim=1) / PAYLOAD)) == []
+    assert sw.process(1, bytes(base / IPv6(dst="2001:db9::1") / PAYLOAD)) == []
+    assert sw.process(1, bytes(base / IP(dst="10.0.0.1") / PAYLOAD)) == []
+
+
+# --- arp_icmp_responder.p4 -----------------------------------------------------------------
+
+SWITCH_IP, SWITCH_MAC = "10.0.0.254", "00:00:00:00:fe:01"
+HOST_IP = "10.0.0.1"
+
+
+def setup_responder(sw) -> None:
+    add(sw, "MyIngress.arp_answers", [("exact", ip(SWITCH_IP))], "MyIngress.arp_reply", mac(SWITCH_MAC))
+    add(sw, "MyIngress.icmp_answers", [("exact", ip(SWITCH_IP))], "MyIngress.echo_reply", mac(SWITCH_MAC))
+
+
+def test_arp_request_for_the_switch_gets_a_reply(make_switch):
+    sw = make_switch("arp_icmp_responder")
+    setup_responder(sw)
+    request = Ether(dst="ff:ff:ff:ff:ff:ff", src=H1_MAC) / ARP(op=1, hwsrc=H1_MAC, psrc=HOST_IP, pdst=SWITCH_IP)
+    reply = Ether(dst=H1_MAC, src=SWITCH_MAC) / ARP(op=2, hwsrc=SWITCH_MAC, psrc=SWITCH_IP, hwdst=H1_MAC,
+                                                    pdst=HOST_IP)
+    assert sw.process(3, bytes(request)) == [(3, bytes(reply))]
+
+
+@pytest.mark.parametrize("payload", [b"abcdefgh" * 7, b"odd", b""])
+def test_echo_request_gets_an_echo_reply_with_the_payload(make_switch, payload):
+    sw = make_switch("arp_icmp_responder")
+    setup_responder(sw)
+    request = Ether(dst=SWITCH_MAC, src=H1_MAC) / IP(src=HOST_IP, dst=SWITCH_IP, ttl=17, id=99) / \
+        ICMP(type=8, id=0x77, seq=3) / Raw(payload)
+    reply = Ether(dst=H1_MAC, src=SWITCH_MAC) / IP(src=SWITCH_IP, dst=HOST_IP, ttl=64, id=99) / \
+        ICMP(type=0, id=0x77, seq=3) / Raw(payload)
+    assert sw.process(2, bytes(request)) == [(2, bytes(reply))]
+
+
+def test_responder_ignores_other_addresses_and_replies(make_switch):
+    sw = make_switch("arp_icmp_responder")
+    setup_responder(sw)
+    assert sw.process(1, bytes(Ether() / ARP(op=1, pdst="10.0.0.9"))) == []
+    assert sw.process(1, bytes(Ether() / ARP(op=2, pdst=SWITCH_IP))) == []
+    assert sw.process(1, bytes(Ether() / IP(dst=SWITCH_IP) / ICMP(type=0))) == []
+    assert sw.process(1, bytes(Ether() / IP(dst="10.0.0.9") / ICMP(type=8))) == []
