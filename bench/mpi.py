@@ -47,6 +47,8 @@ def mpirun_command(fabric: Fabric, hosts: list[str], launcher: Path, cwd: Path) 
     return ["mpirun", "-np", str(len(hosts)), "--host", ",".join(f"{s.address}:1" for s in specs),
             "--wdir", str(cwd),
             "--mca", "plm_rsh_agent", str(launcher),
+            # The ranks share the machine's cores with each other and the switch: spin politely.
+            "--mca", "mpi_yield_when_idle", "1",
             "--mca", "pml", "ob1", "--mca", "btl", "tcp,self",
             "--mca", "btl_tcp_if_include", subnet, "--mca", "oob_tcp_if_include", subnet,
             sys.executable, "-m", "bench.mpi_worker"]
