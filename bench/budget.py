@@ -25,8 +25,9 @@ def call_budget(workers: int, nbytes: int, calls: list[list[dict]]) -> dict:
 
 
 def budget_table(budgets: list[dict]) -> str:
-    """One row per worker count; times in microseconds, counts as they are."""
-    parts = sorted({name for b in budgets for name in b["parts"]})
+    """One row per worker count; times in microseconds. Of the agent's parts, the times
+    (`*_s`) and retransmissions; the JSON keeps every count."""
+    parts = sorted({name for b in budgets for name in b["parts"] if name.endswith("_s") or name == "retransmits"})
     head = ["N", "bytes", "calls", "call (us)", "p99 (us)", "start skew (us)", "per worker (us)", *parts]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for b in budgets:

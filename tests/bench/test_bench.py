@@ -78,14 +78,15 @@ def test_bench_in_mininet_writes_checked_runs_for_inc_ring_and_mpi(tmp_path):
 def test_budget_takes_medians_of_call_time_start_skew_and_the_agents_own_parts():
     def reply(start, end, send_s):
         return {"start": start, "end": end, "stats": {"send_s": send_s, "dtype": "float32", "srtt_s": None,
-                                                      "retransmits": 1}}
+                                                      "retransmits": 1, "packets_sent": 9}}
     calls = [[reply(0.0, 1.0, 0.1), reply(0.2, 1.1, 0.3)],       # call 1.1 s, skew 0.2 s
              [reply(5.0, 5.5, 0.2), reply(5.0, 5.7, 0.2)],       # call 0.7 s, skew 0
              [reply(9.0, 9.9, 0.5), reply(9.4, 10.0, 0.1)]]      # call 1.0 s, skew 0.4 s
     b = budget.call_budget(2, 256, calls)
     assert b["call_s"] == pytest.approx(1.0) and b["start_skew_s"] == pytest.approx(0.2)
     assert b["worker_call_s"] == pytest.approx(np.median([1.0, 0.9, 0.5, 0.7, 0.9, 0.6]))
-    assert b["parts"] == {"send_s": pytest.approx(0.2), "retransmits": 1.0}     # text and None left out
+    # Text and None are left out; counts stay in the JSON, only times and retransmits make the table.
+    assert b["parts"] == {"send_s": pytest.approx(0.2), "retransmits": 1.0, "packets_sent": 9.0}
     table = budget.budget_table([b]).splitlines()
     assert table[0].split(" | ")[-2:] == ["retransmits", "send_s |"]
     assert table[2] == "| 2 | 256 | 3 | 1000000 | 1098000 | 200000 | 800000 | 1 | 200000 |"
