@@ -277,7 +277,9 @@ class Switch:
                 trace_log.info("dropped in ingress (egress_spec 511)")
             return
         # As in BMv2, a unicast packet is NORMAL in egress even after resubmit/recirculate.
-        self._egress(hdr, meta, sm, payload, sm.egress_spec, 0, NORMAL, jobs, out, 0)
+        # It is the same packet object in BMv2, so an ingress truncate() still holds
+        # (Packet::truncate); replicas and clones are new packets and are not cut.
+        self._egress(hdr, meta, sm, payload, sm.egress_spec, 0, NORMAL, jobs, out, 0, pk.truncate or 0)
 
     def _i2e_clone(self, data: bytes, port: int, clone: tuple, meta: Any, out: list) -> None:
         """An ingress clone: the packet as received, parsed again, with preserved metadata."""

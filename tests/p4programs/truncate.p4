@@ -1,8 +1,10 @@
 /* -*- P4_16 -*- */
 // Snapshots with truncate: frames to a sampling port are cut to the length
 // the port's entry gives (headers and the first payload bytes), as a
-// monitoring tap would keep them; other ports get whole frames. A length
-// longer than the frame changes nothing.
+// monitoring tap would keep them; frames from a sampled source are cut in
+// ingress already. Where both apply, the shorter length wins (BMv2 keeps the
+// smallest length a packet was truncated to). A length longer than the frame
+// changes nothing.
 #include <core.p4>
 #include <v1model.p4>
 
@@ -39,8 +41,20 @@ control MyVerifyChecksum(inout headers hdr, inout metadata meta) {
 control MyIngress(inout headers hdr,
                   inout metadata meta,
                   inout standard_metadata_t standard_metadata) {
+    action snapshot(bit<32> length) {
+        truncate(length);
+    }
+
+    table sampled_sources {
+        key = { hdr.ethernet.srcAddr : exact; }
+        actions = { snapshot; NoAction; }
+        size = 64;
+        default_action = NoAction();
+    }
+
     apply {
         standard_metadata.egress_spec = (port_t)hdr.ethernet.dstAddr[7:0];
+        sampled_sources.apply();
     }
 }
 

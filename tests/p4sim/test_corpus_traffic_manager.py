@@ -156,6 +156,21 @@ def test_truncate_cuts_frames_to_the_sampling_port_only(make_switch):
         assert sw.process(1, sent) == [(port, sent[:limit])]
 
 
+def test_truncate_in_ingress_cuts_the_unicast_packet_and_the_shorter_length_wins(make_switch):
+    """BMv2's Packet::truncate (include/bm/bm_sim/packet.h) marks the packet object,
+    which simple_switch hands from ingress to egress for unicast, and keeps the
+    smallest length it was given."""
+    sw = make_switch("truncate")
+    add(sw, "MyIngress.sampled_sources", [("exact", mac(H1_MAC))], "MyIngress.snapshot", 30)
+    add(sw, "MyEgress.sampling_ports", [("exact", 5)], "MyEgress.snapshot", 20)
+    add(sw, "MyEgress.sampling_ports", [("exact", 6)], "MyEgress.snapshot", 40)
+    for port, limit in ((7, 30), (5, 20), (6, 30)):
+        sent = bytes(Ether(dst=f"08:00:00:00:00:0{port}", src=H1_MAC) / PAYLOAD / PAYLOAD)
+        assert sw.process(1, sent) == [(port, sent[:limit])], port
+    other = bytes(Ether(dst="08:00:00:00:00:07", src=H2_MAC) / PAYLOAD / PAYLOAD)
+    assert sw.process(1, other) == [(7, other)]
+
+
 # --- digest_learning.p4 --------------------------------------------------------------------
 
 def test_digest_reports_unknown_source_once_per_frame_until_learned(make_switch):
