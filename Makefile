@@ -11,6 +11,7 @@ BUILD_DIR ?= build
 SLOW ?=
 RESULTS ?= results
 PYTEST_ARGS ?=
+BENCH_ARGS ?=
 
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -53,12 +54,13 @@ test: $(VENV_STAMP)
 
 # p4sim's packet rate, a worker's packet rate, the latency budget of one 256 B INC call, then
 # INC vs ring vs MPI_Allreduce in Mininet from 64 B to 4 MiB (about 20 minutes on 2 cores),
-# then the latency model fitted to it and the plots, all in $(RESULTS)/.
+# then the latency model fitted to it and the plots, all in $(RESULTS)/. A quick look:
+# make bench BENCH_ARGS="--workers 2 4 --sizes 64,4096 --reps 2".
 bench: $(VENV_STAMP)
 	$(PY) -m bench.p4sim -o $(RESULTS)/p4sim.json
 	$(PY) -m bench.host -o $(RESULTS)/host.json
 	$(PY) -m bench --budget --reps 50 --target $(TARGET) -o $(RESULTS)/budget.json
-	$(PY) -m bench --target $(TARGET) -o $(RESULTS)/bench.json
+	$(PY) -m bench --target $(TARGET) -o $(RESULTS)/bench.json $(BENCH_ARGS)
 	$(PY) -m analysis $(RESULTS)/bench.json -o $(RESULTS)
 
 # Ends what our fabrics recorded in $(BUILD_DIR)/run, then Mininet's own cleanup (`mn -c`).

@@ -28,7 +28,7 @@ from topologies.fabric import Fabric, FabricError, FabricOptions
 from topologies.pieces import DEFAULT_PROGRAM, PieceError, compile_program, setup_controller
 from topologies.spec import TopologyError, star
 
-from .budget import budget_table, call_budget
+from .budget import budget_table, call_budget, numeric_stats
 from .environment import describe_environment, unwritable
 from .mpi import ROOT_ENV, mpi_missing, mpirun_command, write_launcher
 
@@ -135,6 +135,7 @@ def set_up(fabric: Fabric, plan: Plan, options: FabricOptions) -> Trials:
 def bench_workers(n: int, plan: Plan, options: FabricOptions, progress: tqdm) -> list[dict]:
     """All sizes and repetitions for one worker count, on a fresh star of n hosts."""
     times: dict[tuple[str, int], list[float]] = {}
+    totals: dict[tuple[str, int], dict[str, float]] = {}
     k = len(plan.algorithms)
     with Fabric(star(n), options) as fabric:
         trials = set_up(fabric, plan, options)
@@ -143,11 +144,21 @@ def bench_workers(n: int, plan: Plan, options: FabricOptions, progress: tqdm) ->
                 # Rotate which algorithm goes first, so drift hits all alike.
                 for algorithm in plan.algorithms[rep % k:] + plan.algorithms[:rep % k]:
                     progress.set_postfix_str(f"N={n} {algorithm} {size} B")
-                    times.setdefault((algorithm, size), []).append(trials.run(algorithm, size, seed=rep + 1)[0])
+                    seconds, replies = trials.run(algorithm, size, seed=rep + 1)
+                    times.setdefault((algorithm, size), []).append(seconds)
+                    add_counts(totals.setdefault((algorithm, size), {}), replies)
                     progress.update()
         trials.close()
-    return [{"algorithm": alg, "workers": n, "bytes": size, **summarise(ts)}
+    return [{"algorithm": alg, "workers": n, "bytes": size, **summarise(ts), "agent_totals": totals[(alg, size)]}
             for (alg, size), ts in sorted(times.items(), key=lambda kv: (kv[0][1], kv[0][0]))]
+
+
+def add_counts(totals: dict[str, float], replies: list[dict]) -> None:
+    """Sum the agents' per-call counts and times (packets, acks, retransmissions) over workers
+    and repetitions, so a point shows e.g. whether the lossless ring ever retransmitted."""
+    for reply in replies:
+        for name, value in numeric_stats(reply).items():
+            totals[name] = totals.get(name, 0) + value
 
 
 def budget_workers(n: int, plan: Plan, options: FabricOptions, progress: tqdm) -> dict:

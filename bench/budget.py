@@ -15,13 +15,18 @@ def call_budget(workers: int, nbytes: int, calls: list[list[dict]]) -> dict:
     parts: dict[str, list[float]] = {}
     for c in calls:
         for r in c:
-            for name, value in (r.get("stats") or {}).items():
-                if isinstance(value, (int, float)) and not isinstance(value, bool):
-                    parts.setdefault(name, []).append(float(value))
+            for name, value in numeric_stats(r).items():
+                parts.setdefault(name, []).append(value)
     return {"workers": workers, "bytes": nbytes, "calls": len(calls),
             "call_s": float(np.median(total)), "call_p99_s": float(np.percentile(total, 99)),
             "start_skew_s": float(np.median(skew)), "worker_call_s": float(np.median(own)),
             "parts": {name: float(np.median(v)) for name, v in parts.items()}}
+
+
+def numeric_stats(reply: dict) -> dict[str, float]:
+    """The numbers among a worker's per-call stats (times, counts); text and None left out."""
+    return {name: float(value) for name, value in (reply.get("stats") or {}).items()
+            if isinstance(value, (int, float)) and not isinstance(value, bool)}
 
 
 def budget_table(budgets: list[dict]) -> str:

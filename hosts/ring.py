@@ -6,6 +6,7 @@ chunks, as TCP does), fast retransmission of a hole and a timeout; the switch on
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -83,7 +84,8 @@ class RingWorker:
     """
     config: RingConfig
     transport: PeerTransport
-    stats: RingStats = field(default_factory=RingStats)
+    stats: RingStats = field(default_factory=RingStats)      # since the start
+    last_stats: RingStats | None = None                      # during the last call (acks may follow it)
     _send_next: int = field(default=0, repr=False)    # seq of this rank's next chunk to the next rank
     _recv_next: int = field(default=0, repr=False)    # seq of the next chunk a call expects from the previous
     _unacked: dict[int, _Unacked] = field(default_factory=dict, repr=False)    # by seq, to the next rank
@@ -104,6 +106,16 @@ class RingWorker:
         array = np.asarray(array)
         if array.dtype not in (np.int32, np.float32):
             raise TypeError(f"allreduce takes int32 or float32 arrays, not {array.dtype}")
+        with self._cv:
+            before = dataclasses.replace(self.stats)
+        try:
+            return self._allreduce(array)
+        finally:
+            with self._cv:
+                self.last_stats = RingStats(*(now - then for now, then in zip(
+                    dataclasses.astuple(self.stats), dataclasses.astuple(before))))
+
+    def _allreduce(self, array: np.ndarray) -> np.ndarray:
         n, rank = self.config.num_workers, self.config.rank
         m = -(-array.size // INC_K)
         if n == 1 or m == 0:

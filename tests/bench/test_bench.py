@@ -71,6 +71,9 @@ def test_bench_in_mininet_writes_checked_runs_for_inc_ring_and_mpi(tmp_path):
     assert {(r["algorithm"], r["bytes"]): len(r["times_s"]) for r in runs} == {
         (a, s): 2 if s == 256 else 1 for a in ("inc", "ring", "mpi") for s in (256, 131072)}
     assert all(0 < r["median_s"] <= r["p99_s"] <= max(r["times_s"]) for r in runs)
+    # The ring's own counts come back per point: 2(N-1) x chunks data packets per call, over both workers.
+    ring = {r["bytes"]: r["agent_totals"] for r in runs if r["algorithm"] == "ring"}
+    assert ring[256]["chunks"] == 2 * 2 * 2 and ring[131072]["chunks"] == 2 * 1024
     assert result["environment"]["versions"]["p4inc"] == head.stdout.strip()
     assert isinstance(result["environment"]["dirty"], bool)
 

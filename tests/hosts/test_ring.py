@@ -40,9 +40,10 @@ class LossyPeers:
 
 
 def ring_allreduce(inputs: list[list[np.ndarray]], loss: float = 0.0, duplicate: float = 0.0,
-                   stats: list[RingStats] | None = None, window: int = 8,
-                   timeout: float = 0.01) -> list[list[np.ndarray]]:
-    """inputs[call][rank] -> outputs[call][rank], one thread per rank; each rank's stats go to `stats`."""
+                   stats: list[RingStats] | None = None, window: int = 8, timeout: float = 0.01,
+                   last_stats: list[RingStats] | None = None) -> list[list[np.ndarray]]:
+    """inputs[call][rank] -> outputs[call][rank], one thread per rank; each rank's stats go to
+    `stats`, those of its last call to `last_stats`."""
     n = len(inputs[0])
     sockets = [UdpPeerTransport([], bind=("127.0.0.1", 0)) for _ in range(n)]
     peers = [s.address for s in sockets]
@@ -63,6 +64,8 @@ def ring_allreduce(inputs: list[list[np.ndarray]], loss: float = 0.0, duplicate:
             list(pool.map(lambda w: w.close(), workers))
     if stats is not None:
         stats.extend(w.stats for w in workers)
+    if last_stats is not None:
+        last_stats.extend(w.last_stats for w in workers)
     return [[per_rank[r][c] for r in range(n)] for c in range(len(inputs))]
 
 
@@ -112,11 +115,13 @@ def test_message_of_fewer_chunks_than_ranks_sends_each_chunk_once_per_step(n: in
     """Empty segments send nothing: 2(N-1) x chunks data packets in all, not 2(N-1) x N."""
     rng = np.random.default_rng(n)
     inputs = [[rng.integers(-1000, 1000, length, dtype=np.int32) for _ in range(n)]]
-    stats: list[RingStats] = []
-    (outs,) = ring_allreduce(inputs, stats=stats, timeout=0.5)
+    last: list[RingStats] = []
+    (outs, _) = ring_allreduce(inputs + inputs, last_stats=last, timeout=0.5)
     for out in outs:
         np.testing.assert_array_equal(out, np.sum(inputs[0], axis=0, dtype=np.int32))
-    assert sum(s.chunks for s in stats) == 2 * (n - 1) * -(-length // INC_K)
+    # The second call's own count, not the first's too.
+    assert sum(s.chunks for s in last) == 2 * (n - 1) * -(-length // INC_K)
+    assert sum(s.retransmissions for s in last) == 0
 
 
 def test_ring_config_refuses_an_ack_delay_the_sender_would_time_out_on() -> None:
