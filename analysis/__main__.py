@@ -184,7 +184,8 @@ def report(summary: dict, fitted: Fit, real_title: str, budget: list[dict] | Non
               "", f"Parameters: fixed cost per call {1e6 * f.call_s:.0f} us + {1e6 * f.worker_s:.0f} us per worker "
               f"(" + ", ".join(f"N={n}: {1e6 * v:.0f} us" for n, v in summary["fixed_cost"]["by_workers_s"].items())
               + f"); alpha {1e6 * f.alpha_s:.0f} us per step; {1e6 * f.host_packet_s:.1f} us per host packet; "
-              f"{1e6 * f.switch_packet_s:.1f} us per switch pass; bandwidth {f.bandwidth_Bps / 1e6:.1f} MB/s.", "",
+              f"{1e6 * f.switch_packet_s:.1f} us per switch pass, {1e6 * f.switch_aggregate_s:.1f} us more "
+              f"for an aggregating one; bandwidth {f.bandwidth_Bps / 1e6:.1f} MB/s.", "",
               f"Predicted speedup over ring for a real fabric ({real_title}):", "",
               "| N | " + " | ".join(_size(s) for s in PREDICTED_SIZES) + " |",
               "|---|" + "---|" * len(PREDICTED_SIZES)]

@@ -31,6 +31,8 @@ class Fabric:
     switch_packet_s: time the switch spends per pipeline pass (ingress or replica);
         a hardware switch runs at line rate, so this is 0 there. It is what bounds
         a software switch such as p4sim.
+    switch_aggregate_s: what an aggregating pass (INC's contribution: register reads and
+        writes for every element) costs on top of switch_packet_s; 0 at line rate.
     payload_bytes: tensor bytes per packet; window: packets in flight (INC slots, or the
         ring's unacknowledged chunks), which the ring acknowledges every window / 2 chunks.
     """
@@ -38,6 +40,7 @@ class Fabric:
     bandwidth_Bps: float
     host_packet_s: float = 0.0
     switch_packet_s: float = 0.0
+    switch_aggregate_s: float = 0.0
     call_s: float = 0.0
     worker_s: float = 0.0
     payload_bytes: int = 128
@@ -60,7 +63,8 @@ def _packets(nbytes: float, payload: int) -> int:
 
 def terms(algorithm: str, workers: int, nbytes: int, payload: int, window: int = 16) -> tuple[float, ...]:
     """(calls, workers, latency steps, bytes a host sends in sequence, packets a host sends
-    and receives in sequence, switch pipeline passes) for one AllReduce of `nbytes` per worker.
+    and receives in sequence, switch pipeline passes, of which aggregating) for one AllReduce
+    of `nbytes` per worker.
 
     Ring: 2(N-1) steps; a step's slowest link carries ceil(m/N) of the m chunks, and all
         links together carry m chunks per step (fewer than N chunks leave segments empty,
@@ -70,7 +74,7 @@ def terms(algorithm: str, workers: int, nbytes: int, payload: int, window: int =
         of latency; an inner node takes 2S from its children and sends 2S to them, and
         each of the 2(N-1) tree edges carries S.
     INC: one step; each host sends m packets and gets m back; the switch runs ingress once
-        per contribution and egress once per result replica.
+        per contribution (aggregating) and egress once per result replica.
     """
     n = workers
     m = _packets(nbytes, payload)
@@ -79,21 +83,21 @@ def terms(algorithm: str, workers: int, nbytes: int, payload: int, window: int =
         acks_per_link = math.ceil(per_link / max(1, window // 2))
         host_packets = 2 * steps * (per_link + acks_per_link)           # sent and received
         passes = 2 * steps * (m + min(n, m) * acks_per_link)
-        return 1, n, steps, steps * per_link * payload, host_packets, passes
+        return 1, n, steps, steps * per_link * payload, host_packets, passes, 0
     if algorithm == "tree":
-        return 1, n, 2 * math.ceil(math.log2(n)), 2 * m * payload, 4 * m, 4 * (n - 1) * m
+        return 1, n, 2 * math.ceil(math.log2(n)), 2 * m * payload, 4 * m, 4 * (n - 1) * m, 0
     if algorithm == "inc":
-        return 1, n, 1, m * payload, 2 * m, 2 * n * m
+        return 1, n, 1, m * payload, 2 * m, 2 * n * m, n * m
     raise ValueError(f"unknown algorithm {algorithm!r}; choose from {ALGORITHMS}")
 
 
 def predict(fabric: Fabric, algorithm: str, workers: int, nbytes: int) -> float:
     """Completion time in seconds."""
-    calls, n, steps, host_bytes, host_packets, passes = terms(algorithm, workers, nbytes, fabric.payload_bytes,
-                                                              fabric.window)
+    calls, n, steps, host_bytes, host_packets, passes, aggregating = terms(
+        algorithm, workers, nbytes, fabric.payload_bytes, fabric.window)
     return (calls * fabric.call_s + n * fabric.worker_s + steps * fabric.alpha_s
             + host_bytes / fabric.bandwidth_Bps + host_packets * fabric.host_packet_s
-            + passes * fabric.switch_packet_s)
+            + passes * fabric.switch_packet_s + aggregating * fabric.switch_aggregate_s)
 
 
 @dataclass(frozen=True)
@@ -112,21 +116,22 @@ def modelled(runs: list[dict]) -> list[dict]:
 def fit(runs: list[dict], payload_bytes: int, window: int = 16) -> Fit:
     """Least squares with non-negative parameters over the INC and ring runs' median times.
 
-    The six parameters (fixed cost per call and per worker, alpha, 1/bandwidth, host and
-    switch time per packet) are linear in the terms above, so this is a non-negative linear
+    The seven parameters (fixed cost per call and per worker, alpha, 1/bandwidth, host and
+    switch time per packet, the extra of an aggregating pass) are linear in the terms above, so this is a non-negative linear
     least squares. Each point is weighted by 1/time so that small messages count as much
     as large ones: the fit minimises relative error, which is what a speedup plot shows.
     """
     runs = modelled(runs)
-    if len(runs) < 6:
-        raise ValueError(f"need at least 6 measured INC or ring points to fit 6 parameters, got {len(runs)}")
+    if len(runs) < 7:
+        raise ValueError(f"need at least 7 measured INC or ring points to fit 7 parameters, got {len(runs)}")
     a = np.array([terms(r["algorithm"], r["workers"], r["bytes"], payload_bytes, window) for r in runs], float)
     t = np.array([float(np.median(r["times_s"])) for r in runs])
     weights = 1.0 / t
     coef, _ = nnls(a * weights[:, None], t * weights)
-    call, worker, alpha, inv_bw, per_host_packet, per_pass = (float(c) for c in coef)
+    call, worker, alpha, inv_bw, per_host_packet, per_pass, per_aggregate = (float(c) for c in coef)
     fabric = Fabric(alpha_s=alpha, bandwidth_Bps=1.0 / inv_bw if inv_bw > 0 else math.inf,
-                    host_packet_s=per_host_packet, switch_packet_s=per_pass, call_s=call, worker_s=worker,
+                    host_packet_s=per_host_packet, switch_packet_s=per_pass, switch_aggregate_s=per_aggregate,
+                    call_s=call, worker_s=worker,
                     payload_bytes=payload_bytes, window=window)
     rel = errors(fabric, runs)
     return Fit(fabric, float(np.median(rel)), float(rel.max()), len(runs))

@@ -13,7 +13,7 @@ from analysis.model import Fabric, fit, out_of_sample, predict, terms
 
 REPO = Path(__file__).resolve().parents[2]
 SOFTWARE = Fabric(alpha_s=300e-6, bandwidth_Bps=5e7, host_packet_s=20e-6, switch_packet_s=30e-6,
-                  call_s=400e-6, worker_s=100e-6, payload_bytes=128, window=16)
+                  switch_aggregate_s=50e-6, call_s=400e-6, worker_s=100e-6, payload_bytes=128, window=16)
 SIZES = (64, 256, 4096, 65536, 1 << 20)
 
 
@@ -57,11 +57,12 @@ def test_a_real_fabric_runs_at_most_a_window_of_packets_per_round_trip():
 
 def test_ring_with_fewer_chunks_than_workers_counts_only_the_chunks_it_sends():
     """One chunk, 8 workers: 14 steps each forward that one chunk (plus its ack), not 8 of them."""
-    _, _, steps, _, host_packets, passes = terms("ring", 8, 128, payload=128, window=16)
+    _, _, steps, _, host_packets, passes, aggregating = terms("ring", 8, 128, payload=128, window=16)
     assert steps == 14
     assert host_packets == 2 * 14 * (1 + 1)          # per step one chunk and one ack, each sent and received
     assert passes == 2 * 14 * (1 + 1)                 # one chunk and one ack per step, ingress and egress
-    _, _, _, _, _, big = terms("ring", 8, 8 * 128 * 16, payload=128, window=16)
+    assert aggregating == 0
+    _, _, _, _, _, big, _ = terms("ring", 8, 8 * 128 * 16, payload=128, window=16)
     assert big == 2 * 14 * (8 * 16 + 8 * 2)           # 16 chunks per link per step, one ack per 8
 
 
@@ -70,6 +71,7 @@ def test_fit_recovers_parameters_of_noiseless_measurements():
     assert fitted.max_abs_rel_error < 1e-6 and fitted.points == 30
     assert fitted.fabric.alpha_s == pytest.approx(SOFTWARE.alpha_s, rel=1e-3)
     assert fitted.fabric.switch_packet_s == pytest.approx(SOFTWARE.switch_packet_s, rel=1e-3)
+    assert fitted.fabric.switch_aggregate_s == pytest.approx(SOFTWARE.switch_aggregate_s, rel=1e-3)
     assert fitted.fabric.call_s + 8 * fitted.fabric.worker_s == pytest.approx(1.2e-3, rel=1e-3)
 
 
@@ -86,8 +88,8 @@ def test_out_of_sample_error_is_that_of_the_fitted_model_on_the_held_out_count()
 
 
 def test_fit_refuses_too_few_points():
-    with pytest.raises(ValueError, match="at least 6"):
-        fit(synthetic_runs(SOFTWARE, 0.0)[:5], payload_bytes=128)
+    with pytest.raises(ValueError, match="at least 7"):
+        fit(synthetic_runs(SOFTWARE, 0.0)[:6], payload_bytes=128)
 
 
 def test_cli_writes_plots_summary_and_report(tmp_path):
