@@ -1,14 +1,17 @@
 """Corpus programs on constructs beyond the tutorials' (issue 10): a header union
-of IPv4 and IPv6, and slices as lvalues.
+of IPv4 and IPv6, slices as lvalues, and list expressions assigned to whole headers
+and structs (the P4_16 spec: a header assigned a list expression becomes valid).
 """
 from __future__ import annotations
 
 import pytest
+from scapy.fields import IntField, ShortField
 from scapy.layers.inet import IP, UDP
 from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import ARP, Ether
+from scapy.packet import Packet, Raw
 
-from tests.p4sim.oracles import H1_MAC, PAYLOAD, ROUTER_MAC, add, ip, rebuilt
+from tests.p4sim.oracles import H1_MAC, H2_MAC, PAYLOAD, ROUTER_MAC, add, ip, rebuilt
 
 # --- header_union_l3.p4 --------------------------------------------------------------------
 
@@ -45,3 +48,18 @@ def test_slice_assignment_changes_only_its_bits(make_switch, tos, flags):
     expected[IP].flags = flags | 0b010
     assert sw.process(1, bytes(sent)) == [(2, rebuilt(expected))]
     assert sw.process(1, bytes(Ether() / IP(src="11.0.0.1") / UDP())) == []
+
+
+# --- list_assign.p4 ------------------------------------------------------------------------
+
+class Reply(Packet):
+    name = "Reply"
+    fields_desc = [IntField("key", 0), ShortField("port", 0), ShortField("magic", 0xCAFE)]
+
+
+def test_list_expressions_fill_a_new_header_and_a_struct(make_switch):
+    sw = make_switch("list_assign")
+    sent = Ether(dst=H2_MAC, src=H1_MAC, type=0x88C1) / Raw((0xDEADBEEF).to_bytes(4, "big")) / PAYLOAD
+    expected = Ether(dst=H1_MAC, src=H2_MAC, type=0x88C2) / Reply(key=0xDEADBEEF, port=6) / PAYLOAD
+    assert sw.process(6, bytes(sent)) == [(6, bytes(expected))]
+    assert sw.process(6, bytes(Ether(dst=H2_MAC, src=H1_MAC) / PAYLOAD)) == []
