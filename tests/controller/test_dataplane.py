@@ -18,7 +18,7 @@ from controller.switch import Pipeline, Switch
 from hosts.inc import AGG_IP, INC_PORT, OP_RESULT, Inc
 from p4sim import Program
 from p4sim import Switch as P4simSwitch
-from p4sim.server import P4RuntimeService, serve
+from p4sim.runtime.p4runtime import P4RuntimeService, serve
 from topologies.spec import JobSpec, SwitchSpec, Topology, leaf_spine, star
 
 GATEWAY_MAC = "08:00:00:00:01:00"   # leaf 1's, as topologies.spec.leaf_spine sets on its hosts

@@ -103,6 +103,7 @@ def test_thrift_adapter_reports_the_cli_error(server, pipeline, thrift_cli):
 
 def test_thrift_adapter_without_the_cli_says_what_to_install(server, pipeline, monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.setattr(sys, "executable", "/nonexistent/python")   # nor beside the interpreter
     with Switch("s1", server.addr, target="bmv2", thrift_port=9099) as sw:
         push_pipeline(sw, pipeline)
         with pytest.raises(ControllerError, match="simple_switch_CLI not found"):

@@ -17,10 +17,10 @@ from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 from p4runtime_sh.p4runtime import P4RuntimeWriteException
 
 from p4sim import ir
-from p4sim import server as p4sim_server
+from p4sim.runtime import p4runtime as p4sim_server
 from p4sim.errors import P4Error
 from p4sim.p4info import build_p4info, to_text
-from p4sim.server import P4RuntimeService, serve
+from p4sim.runtime.p4runtime import P4RuntimeService, serve
 from p4sim.state import SwitchState
 
 CPU_PORT = 64

@@ -14,7 +14,7 @@ from scapy.layers.l2 import Ether
 
 from p4sim import Program, Switch, compile_file
 from p4sim.p4info import build_p4info, to_text
-from p4sim.server import P4RuntimeService, serve
+from p4sim.runtime.p4runtime import P4RuntimeService, serve
 
 PROGRAM = Path(__file__).resolve().parents[1] / "p4programs" / "packet_io.p4"
 CPU_PORT = 255

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from p4sim import Program
 from p4sim import Switch as P4simSwitch
-from p4sim.server import P4RuntimeService, serve
+from p4sim.runtime.p4runtime import P4RuntimeService, serve
 
 from hosts.agent import JobConfig, Worker
 from hosts.inprocess import InProcessFabric, PacketSwitch

