@@ -135,7 +135,7 @@ def test_mpls_pop_of_the_last_label_restores_ipv4(make_switch):
 
 
 def test_mpls_push_onto_a_full_stack_drops_the_bottom_label(make_switch):
-    """push_front on a full stack shifts the last element out (P4_16 spec, 8.18)."""
+    """push_front on a full stack shifts the last element out (the P4_16 spec on header stacks)."""
     sw = make_switch("mpls_stack")
     setup_lfib(sw)
     sent = labelled((101, 64), (1, 1), (2, 2), (3, 3))

@@ -1,6 +1,6 @@
 """Corpus programs that do a whole job: a VXLAN tunnel endpoint, an L4 load balancer,
 INT-style telemetry over a header stack, a TCP connection-tracking firewall, an
-IPv6 router and an ARP/ICMP responder.
+IPv6 router, an ARP/ICMP responder and an IP-in-IP tunnel.
 
 Expected packets are built with Scapy's own layers for the protocols (VXLAN, IPv6,
 ARP, ICMP), so lengths and checksums come from an independent implementation.
@@ -330,3 +330,52 @@ def test_responder_ignores_other_addresses_and_replies(make_switch):
     assert sw.process(1, bytes(Ether() / ARP(op=2, pdst=SWITCH_IP))) == []
     assert sw.process(1, bytes(Ether() / IP(dst=SWITCH_IP) / ICMP(type=0))) == []
     assert sw.process(1, bytes(Ether() / IP(dst="10.0.0.9") / ICMP(type=8))) == []
+
+
+# --- ipip.p4 -------------------------------------------------------------------------------
+
+TUNNEL_LOCAL, TUNNEL_REMOTE = "192.0.2.1", "192.0.2.2"
+
+
+def setup_ipip(sw) -> None:
+    t = "MyIngress.routes"
+    add(sw, t, [("lpm", ip("10.0.1.0"), 24)], "MyIngress.forward", mac(H1_MAC), 1)
+    add(sw, t, [("lpm", ip("10.0.2.0"), 24)], "MyIngress.encap", ip(TUNNEL_LOCAL), ip(TUNNEL_REMOTE),
+        mac(H2_MAC), 2)
+    add(sw, t, [("lpm", ip("192.0.2.0"), 24)], "MyIngress.forward", mac(H2_MAC), 2)
+    add(sw, "MyIngress.local_endpoints", [("exact", ip(TUNNEL_LOCAL))], "MyIngress.decap")
+
+
+def test_ipip_encapsulates_with_an_outer_header_covering_the_packet(make_switch):
+    sw = make_switch("ipip")
+    setup_ipip(sw)
+    inner = IP(src="10.0.1.1", dst="10.0.2.2", ttl=20, tos=0xB8) / UDP(sport=7, dport=9) / PAYLOAD
+    sent = Ether(dst=ROUTER, src=H1_MAC) / inner
+    hop = inner.copy()
+    hop.ttl = 19
+    expected = Ether(dst=H2_MAC, src=ROUTER) / \
+        IP(src=TUNNEL_LOCAL, dst=TUNNEL_REMOTE, ttl=64, tos=0xB8, id=0, flags=0, proto=4) / hop
+    assert sw.process(1, bytes(sent)) == [(2, rebuilt(expected))]
+
+
+def test_ipip_decapsulates_for_this_endpoint_and_routes_the_inner_packet(make_switch):
+    sw = make_switch("ipip")
+    setup_ipip(sw)
+    inner = IP(src="10.0.2.2", dst="10.0.1.1", ttl=20) / UDP(sport=9, dport=7) / PAYLOAD
+    sent = Ether(dst=ROUTER, src=H2_MAC) / IP(src=TUNNEL_REMOTE, dst=TUNNEL_LOCAL, proto=4) / inner
+    expected = Ether(dst=H1_MAC, src=ROUTER) / inner.copy()
+    expected[IP].ttl = 19
+    assert sw.process(2, bytes(sent)) == [(1, rebuilt(expected))]
+
+
+def test_ipip_transit_tunnel_is_routed_on_its_outer_header(make_switch):
+    sw = make_switch("ipip")
+    setup_ipip(sw)
+    inner = IP(src="10.0.9.9", dst="10.0.8.8", ttl=20) / UDP() / PAYLOAD
+    sent = Ether(dst=ROUTER, src=H1_MAC) / IP(src="192.0.2.7", dst="192.0.2.9", proto=4, ttl=30) / inner
+    expected = sent.copy()
+    expected[Ether].dst, expected[Ether].src = H2_MAC, ROUTER
+    expected[IP].ttl = 29
+    del expected[IP].chksum
+    assert sw.process(1, bytes(sent)) == [(2, bytes(expected))]
+    assert sw.process(1, bytes(Ether() / IP(dst="10.0.2.2", ttl=1) / UDP())) == []
