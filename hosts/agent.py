@@ -1,21 +1,30 @@
 """A worker's side of in-network AllReduce: `Worker.allreduce(array)` chunks the array
-into K-element packets, keeps a window of slots in flight through a Transport, retransmits
-on timeout and reports int32 overflow instead of returning a wrong sum.
+into K-element packets and keeps a window of slots in flight through a Transport. Its
+timers and window adapt to what it measures (hosts/pacing.py); it reports int32 overflow
+instead of returning a wrong sum, and each call's counts and times in `Worker.last_stats`.
 """
 from __future__ import annotations
 
 import logging
+import math
 import time
-from dataclasses import dataclass, field
+from collections import deque
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import numpy as np
 
 from hosts import quantize
-from hosts.inc import (FLAG_OVERFLOW, INC_K, MAX_WORKERS, OP_CONTRIB, OP_RESULT, IncFormatError,
-                       IncHeader, pack, unpack)
+from hosts.inc import (ELEMENT_BYTES, FLAG_OVERFLOW, INC_K, MAX_WORKERS, OP_CONTRIB, OP_RESULT,
+                       IncFormatError, IncHeader, elements_view, pack_header, unpack_header)
+from hosts.pacing import CongestionWindow, RtoEstimator
 from hosts.transport import Transport
 
 log = logging.getLogger(__name__)
+
+# Results of this many later chunks while a chunk has none: it is taken as lost and sent
+# again at once (results come back in seq order when nothing is lost: docs/protocol.md).
+REORDER_THRESHOLD = 3
 
 
 class IncError(RuntimeError):
@@ -31,7 +40,7 @@ class IncOverflowError(IncError):
 
 
 class IncTimeoutError(IncError):
-    """No result for a chunk after every retry: the switch, job or a peer is missing.
+    """A chunk had no result within the time budget: the switch, job or a peer is missing.
 
     The job's slots are then out of step: reset the job (controller) and start new workers.
     """
@@ -40,14 +49,17 @@ class IncTimeoutError(IncError):
 @dataclass(frozen=True)
 class JobConfig:
     """One worker's view of its job, as the controller installed it. All workers of a job
-    must use the same window (it maps chunks to slots)."""
+    must use the same window (it maps chunks to slots); the timers are each worker's own."""
     job_id: int
     worker_id: int
     num_workers: int
-    window: int = 16             # slots in flight; at most the job's num_slots
-    timeout: float = 0.02        # seconds before a chunk is sent again
-    max_retries: int = 200
-    exponent_slack: int = 4      # float32: redo a chunk whose guessed exponent was this much too big
+    window: int = 16             # slots of the job this worker cycles through; at most its num_slots
+    timeout: float = 1.0         # seconds: the first retransmission timeout, until a round trip is measured
+    min_rto: float = 0.02        # bounds of the measured retransmission timeout, seconds
+    max_rto: float = 2.0
+    give_up_after: float = 30.0  # seconds a chunk may wait for its result before IncTimeoutError
+    exponent_slack: int = 4      # float32: redo a chunk whose exponent was this much too big
+    exponent_margin: int = 1     # float32: guess one binade above the exponent agreed for a neighbour
 
     def __post_init__(self) -> None:
         if not 1 <= self.num_workers <= MAX_WORKERS:
@@ -58,36 +70,87 @@ class JobConfig:
             raise ValueError(f"job_id must be 0..65535, not {self.job_id}")
         if not 1 <= self.window < 1 << 15:
             raise ValueError(f"window must be 1..32767 slots, not {self.window}")
-        if self.timeout <= 0 or self.max_retries < 0:
-            raise ValueError("timeout must be positive and max_retries not negative")
+        if not 0 < self.min_rto <= self.max_rto or self.timeout <= 0:
+            raise ValueError(f"need timeout > 0 and 0 < min_rto <= max_rto, not {self.timeout}, "
+                             f"{self.min_rto} and {self.max_rto}")
+        if not self.give_up_after > 0:
+            raise ValueError(f"give_up_after must be positive seconds, not {self.give_up_after}")
+        if self.exponent_slack < 0 or self.exponent_margin < 0:
+            raise ValueError("exponent_slack and exponent_margin must not be negative")
 
 
 @dataclass
-class _InFlight:
+class CallStats:
+    """One `allreduce` call as this worker saw it; `to_dict()` is JSON-ready.
+
+    Times (seconds) split the call: `setup_s` before the first packet, `send_s` packing and
+    sending first copies, `retransmit_s` sending copies again, `wait_s` waiting for and
+    reading results, `finish_s` turning the sums into the result. `exponent_s` (float32)
+    is the part of the call after the first pass's last result, spent redoing chunks
+    whose exponent was guessed wrong: the extra round trip, 0 when every guess held.
+    """
+    dtype: str
+    elements: int
+    chunks: int
+    packets_sent: int = 0
+    retransmits: int = 0          # packets sent again, for either reason below
+    fast_retransmits: int = 0     # ... because later chunks' results came first
+    timeouts: int = 0             # ... because nothing came back for an RTO (counted once per expiry)
+    results: int = 0
+    duplicate_results: int = 0    # results for chunks already answered (a retransmission's second answer)
+    redone_chunks: int = 0        # float32 chunks sent again at the agreed exponent
+    send_waits: int = 0           # sends the kernel refused for a while (EAGAIN/ENOBUFS), then took
+    send_drops: int = 0           # sends the kernel never took (counted as lost packets)
+    rtt_samples: int = 0
+    srtt_s: float | None = None
+    final_rto_s: float = 0.0
+    final_window: float = 0.0
+    setup_s: float = 0.0
+    exponent_s: float = 0.0
+    send_s: float = 0.0
+    wait_s: float = 0.0
+    retransmit_s: float = 0.0
+    finish_s: float = 0.0
+    total_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(slots=True)
+class _Item:
+    """One packet of a call in flight: item `index` carries chunk `chunk`."""
     index: int
-    seq: int
+    chunk: int
+    seq: int                  # unwrapped: next_seq of the call + index
     payload: bytes
-    deadline: float
-    tries: int = 1
-
-
-@dataclass
-class _Exchange:
-    """The switch's answers for a batch of chunks."""
-    sums: np.ndarray        # (m, K) int32
-    flags: np.ndarray       # (m,) the results' flags
-    needs: np.ndarray       # (m,) int8 max of the contributions' need
+    first_sent: float
+    last_sent: float
+    timer: float              # its retransmission timeout, seconds
+    sends: int = 1
+    fast: bool = False        # already sent again on later results
 
 
 @dataclass
 class Worker:
     """One worker of a job. Every worker of the job must call `allreduce` with arrays of the
     same length and dtype in the same order: the chunk sequence numbers (and so the slots
-    and versions) are derived from that order, never negotiated."""
+    and versions) are derived from that order, never negotiated.
+
+    The measured round trip and the congestion window carry over from call to call.
+    """
     config: JobConfig
     transport: Transport
     next_seq: int = 0
-    _exponents: np.ndarray | None = field(default=None, repr=False)   # last float call's, per chunk
+    last_stats: CallStats | None = None
+    rto: RtoEstimator = field(init=False)
+    cwnd: CongestionWindow = field(init=False)
+    _basis: np.ndarray | None = field(default=None, repr=False)   # last float call's agreed exponents
+
+    def __post_init__(self) -> None:
+        cfg = self.config
+        self.rto = RtoEstimator(initial=cfg.timeout, min_rto=cfg.min_rto, max_rto=cfg.max_rto)
+        self.cwnd = CongestionWindow(cfg.window)
 
     def allreduce(self, array: np.ndarray) -> np.ndarray:
         """The element-wise sum of `array` over all workers, same shape and dtype."""
@@ -96,144 +159,375 @@ class Worker:
             raise TypeError(f"allreduce takes int32 or float32 arrays, not {array.dtype}")
         if array.size == 0:
             return array.copy()
-        if array.dtype == np.int32:
-            return self._allreduce_int32(array)
-        return self._allreduce_float32(array)
+        call = (_Int32Call if array.dtype == np.int32 else _Float32Call)(self, array)
+        try:
+            self._exchange(call)
+            return call.finish()
+        finally:
+            self._finish_stats(call)
 
     def close(self) -> None:
         """Release the transport. Nothing is owed to anyone: the switch keeps the results."""
         self.transport.close()
 
-    def _allreduce_int32(self, array: np.ndarray) -> np.ndarray:
-        chunks, counts = _chunked(array.ravel())
-        m = len(chunks)
-        result = self._exchange(chunks, counts, np.zeros(m, np.int64), np.zeros(m, np.int64),
-                                np.zeros(m, np.int64))
-        overflowed = np.flatnonzero(result.flags & FLAG_OVERFLOW).tolist()
+    def _exchange(self, call: "_Call") -> None:
+        """Send the call's items, at most cwnd at a time and each only when its slot is free,
+        and collect every result. Item j gets seq = next_seq + j, slot = seq % window, and
+        the slot's version flips on each reuse: version = (seq // window) % 2."""
+        cfg, stats, transport = self.config, call.stats, self.transport
+        window = cfg.window
+        first_seq = self.next_seq
+        in_flight: dict[int, _Item] = {}        # by wire seq, in item order
+        next_item = 0
+        last_progress = time.monotonic()
+        # No timer is due before `wake`. Timers only move later (progress, resends, backoff) except
+        # for new items, so a stale `wake` only wakes the loop early, and then it scans them all.
+        wake = math.inf
+        stats.setup_s = last_progress - call.started
+        try:
+            while True:
+                # Item j reuses item j - window's slot: it may go once items up to that one are answered.
+                while len(in_flight) < self.cwnd.allowed and next_item < call.answered + window:
+                    t0 = time.monotonic()
+                    chunk = call.assign(next_item)
+                    if chunk is None:
+                        break
+                    seq = first_seq + next_item
+                    wire_seq = seq & 0xFFFFFFFF
+                    payload = call.packet(chunk, seq % window, (seq // window) % 2, wire_seq)
+                    transport.send(payload)
+                    t1 = time.monotonic()
+                    in_flight[wire_seq] = _Item(next_item, chunk, seq, payload, t1, t1, self.rto.rto)
+                    wake = min(wake, t1 + self.rto.rto)
+                    next_item += 1
+                    stats.packets_sent += 1
+                    stats.send_s += t1 - t0
+                if call.done:
+                    return
+                # Results already here come first: a worker that was not scheduled for a while
+                # must not take its own lateness for the switch's.
+                t0 = time.monotonic()
+                data = transport.recv(max(0.0, wake - t0))
+                item = None if data is None else self._accept(data, in_flight, call)
+                if item is not None:
+                    last_progress = time.monotonic()
+                    self._resend_overtaken(item, in_flight, first_seq + next_item - 1, call)
+                t1 = time.monotonic()
+                stats.wait_s += t1 - t0
+                t0 = t1
+                if item is None and t0 >= wake:
+                    wake = self._check_timers(in_flight, last_progress, first_seq + next_item - 1, call)
+                    stats.retransmit_s += time.monotonic() - t0
+        finally:
+            self.next_seq = first_seq + next_item
+
+    def _accept(self, data: bytes, in_flight: dict[int, _Item], call: "_Call") -> _Item | None:
+        """The item a result answers (recorded in `call`), or None for anything else."""
+        try:
+            header = unpack_header(data)
+        except IncFormatError as e:
+            log.debug("ignoring a packet: %s", e)
+            return None
+        if header.opcode != OP_RESULT or header.job_id != self.config.job_id:
+            log.debug("ignoring %s", header)
+            return None
+        item = in_flight.pop(header.seq, None)
+        if item is None or header.slot != item.seq % self.config.window:
+            if item is not None:        # not the slot this worker sent it to: not its answer
+                in_flight[header.seq] = item
+            call.stats.duplicate_results += 1
+            return None
+        now = time.monotonic()
+        if item.sends == 1:             # Karn: a retransmitted chunk's answer may be to either copy
+            self.rto.sample(now - item.first_sent)
+        self.cwnd.on_ack(item.seq)
+        call.stats.results += 1
+        call.record(item, header.flags, header.need, data)
+        return item
+
+    def _resend_overtaken(self, answered: _Item, in_flight: dict[int, _Item], highest: int,
+                          call: "_Call") -> None:
+        """Chunks sent before `answered` and REORDER_THRESHOLD or more items older are lost:
+        send each once again now rather than after its timeout (TCP's fast retransmit)."""
+        for it in in_flight.values():
+            if it.index > answered.index - REORDER_THRESHOLD:
+                break
+            if it.fast or it.last_sent >= answered.first_sent:
+                continue
+            it.fast = True
+            call.stats.fast_retransmits += 1
+            self.cwnd.on_loss(highest)
+            self._resend(it, call)
+
+    def _check_timers(self, in_flight: dict[int, _Item], last_progress: float, highest: int,
+                      call: "_Call") -> float:
+        """Chunks without a result for an RTO since they were sent and since the last progress:
+        back off, cut the window, send them again; give up on a chunk past the time budget.
+        Returns when the next timer is due."""
+        now = time.monotonic()
+        give_up = self.config.give_up_after
+        expired = []
+        for it in in_flight.values():
+            if now - it.first_sent >= give_up:
+                raise self._timeout_error(it, now)
+            if now >= max(it.last_sent, last_progress) + it.timer:
+                expired.append(it)
+        if expired:
+            call.stats.timeouts += 1
+            rto = self.rto.backoff(max(it.timer for it in expired))
+            self.cwnd.on_timeout(highest)
+            for it in expired:
+                log.debug("seq %d: no result after %.1f ms, sending it again (try %d)", it.seq,
+                          it.timer * 1e3, it.sends + 1)
+                it.timer = rto
+                self._resend(it, call)
+        return min((min(max(it.last_sent, last_progress) + it.timer, it.first_sent + give_up)
+                    for it in in_flight.values()), default=math.inf)
+
+    def _resend(self, it: _Item, call: "_Call") -> None:
+        self.transport.send(it.payload)
+        it.sends += 1
+        it.last_sent = time.monotonic()
+        call.stats.packets_sent += 1
+        call.stats.retransmits += 1
+
+    def _timeout_error(self, it: _Item, now: float) -> IncTimeoutError:
+        cfg = self.config
+        counters = getattr(self.transport, "counters", None)
+        socket_note = f"; the socket last refused a send: {counters.last_error}" \
+            if counters is not None and counters.last_error else ""
+        return IncTimeoutError(
+            f"job {cfg.job_id} worker {cfg.worker_id}: no result for seq {it.seq & 0xFFFFFFFF} (chunk {it.chunk} of the call) "
+            f"after {now - it.first_sent:.2f} s and {it.sends} sends (give_up_after {cfg.give_up_after:g} s, "
+            f"RTO {self.rto.rto * 1e3:.1f} ms); are the switch, the job and all {cfg.num_workers} workers up, "
+            f"with the same window ({cfg.window}) within the job's slots?{socket_note}")
+
+    def _finish_stats(self, call: "_Call") -> None:
+        stats = call.stats
+        counters = getattr(self.transport, "counters", None)
+        if counters is not None:
+            stats.send_waits = counters.waits - call.send_waits_before
+            stats.send_drops = counters.dropped - call.send_drops_before
+        stats.rtt_samples = self.rto.samples
+        stats.srtt_s = self.rto.srtt
+        stats.final_rto_s = self.rto.rto
+        stats.final_window = self.cwnd.cwnd
+        stats.total_s = time.monotonic() - call.started
+        self.last_stats = stats
+
+
+class _Call:
+    """One allreduce call's chunks and sums, and which chunk each item carries."""
+
+    def __init__(self, worker: Worker, array: np.ndarray) -> None:
+        self.started = time.monotonic()
+        self.worker = worker
+        cfg = worker.config
+        self.shape = array.shape
+        self.size = array.size
+        self.m = -(-array.size // INC_K)
+        self.stats = CallStats(str(array.dtype), int(array.size), self.m)
+        counters = getattr(worker.transport, "counters", None)
+        self.send_waits_before = counters.waits if counters is not None else 0
+        self.send_drops_before = counters.dropped if counters is not None else 0
+        self.sums = np.empty((self.m, INC_K), np.int32)
+        self.flags = np.zeros(self.m, np.int64)
+        self.answered = 0                        # items 0 .. answered - 1 have their results, in order
+        self.done = False
+        self._pending: dict[int, tuple[int, int, int]] = {}    # item -> (chunk, flags, need), out of order
+        self._last = self.size - (self.m - 1) * INC_K
+        self._header = IncHeader(opcode=OP_CONTRIB, job_id=cfg.job_id, worker_id=cfg.worker_id, count=INC_K,
+                                 slot=0, pool_version=0, seq=0)
+
+    def header(self, chunk: int, slot: int, version: int, seq: int, flags: int = 0, exponent: int = 0,
+               need: int = 0) -> bytes:
+        h = self._header
+        return pack_header(IncHeader(OP_CONTRIB, h.job_id, h.worker_id, INC_K if chunk < self.m - 1 else self._last,
+                                     slot, version, seq, flags, exponent, need))
+
+    def record(self, item: _Item, flags: int, need: int, payload: bytes) -> None:
+        """A result: keep its sums, then look at the results in item order."""
+        self.sums[item.chunk] = elements_view(payload)
+        self._pending[item.index] = (item.chunk, flags, need)
+        while self.answered in self._pending:
+            chunk, flags, need = self._pending.pop(self.answered)
+            self.answered_in_order(self.answered, chunk, flags, need)
+            self.answered += 1
+
+    def assign(self, index: int) -> int | None:
+        """The chunk item `index` carries, or None: not yet known, or the call is done (`done`)."""
+        raise NotImplementedError
+
+    def packet(self, chunk: int, slot: int, version: int, seq: int) -> bytes:
+        raise NotImplementedError
+
+    def answered_in_order(self, index: int, chunk: int, flags: int, need: int) -> None:
+        self.flags[chunk] |= flags
+
+    def finish(self) -> np.ndarray:
+        raise NotImplementedError
+
+
+class _Int32Call(_Call):
+    """Item i carries chunk i; a result with OVERFLOW means a partial sum wrapped."""
+
+    def __init__(self, worker: Worker, array: np.ndarray) -> None:
+        super().__init__(worker, array)
+        wire = np.zeros(self.m * INC_K, ">i4")
+        wire[:self.size] = array.ravel()
+        self.wire = wire.tobytes()
+
+    def assign(self, index: int) -> int | None:
+        if index < self.m:
+            return index
+        self.done = self.answered == self.m
+        return None
+
+    def packet(self, chunk: int, slot: int, version: int, seq: int) -> bytes:
+        return self.header(chunk, slot, version, seq) + self.wire[chunk * ELEMENT_BYTES:(chunk + 1) * ELEMENT_BYTES]
+
+    def finish(self) -> np.ndarray:
+        t0 = time.monotonic()
+        overflowed = np.flatnonzero(self.flags & FLAG_OVERFLOW).tolist()
         if overflowed:
             raise IncOverflowError(f"the int32 sum overflowed in {len(overflowed)} chunk(s) of "
                                    f"{INC_K} elements, first at element {overflowed[0] * INC_K}", overflowed)
-        return result.sums.ravel()[:array.size].reshape(array.shape)
+        out = self.sums.ravel()[:self.size].reshape(self.shape)
+        self.stats.finish_s = time.monotonic() - t0
+        return out
 
-    def _allreduce_float32(self, array: np.ndarray) -> np.ndarray:
-        """Two passes at most: the first at an exponent every worker guesses alike (the last
-        call's), the second, for chunks where the guess was wrong, at the switch's max."""
-        n = self.config.num_workers
-        chunks, counts = _chunked(array.ravel())
-        m = len(chunks)
-        local = np.minimum(quantize.chunk_exponents(chunks), quantize.EXPONENT_MAX)
-        exponents = self._guess_exponents(m)
-        q, fits = quantize.quantize(chunks, exponents, n)
-        first = self._exchange(q, counts, exponents, np.where(fits, 0, FLAG_OVERFLOW), local)
-        sums = first.sums
-        needed = first.needs.astype(np.int64)
-        too_small = (first.flags & FLAG_OVERFLOW) != 0
-        too_coarse = (needed > quantize.EXPONENT_MIN) & (needed < exponents - self.config.exponent_slack)
-        redo = np.flatnonzero(too_small | too_coarse)
-        failed: list[int] = []
-        if len(redo):
-            log.debug("float32 allreduce: %d of %d chunks again at the agreed exponent", len(redo), m)
-            exponents = exponents.copy()
-            exponents[redo] = np.minimum(needed[redo], quantize.EXPONENT_MAX)
-            q2, fits2 = quantize.quantize(chunks[redo], exponents[redo], n)
-            second = self._exchange(q2, counts[redo], exponents[redo], np.where(fits2, 0, FLAG_OVERFLOW),
-                                    local[redo])
-            sums = sums.copy()
-            sums[redo] = second.sums
-            failed = redo[(second.flags & FLAG_OVERFLOW) != 0].tolist()
-        self._exponents = exponents
+
+class _Float32Call(_Call):
+    """Block floating point in one pass (docs/protocol.md): every worker derives each item's
+    exponent alike from results all of them have, so no exponent round trip precedes the
+    data. The guess for a chunk is the exponent agreed for it in the last call of the same
+    length, else (first window) the last call's largest or 0, else the exponent agreed for
+    the chunk its slot carried last; plus exponent_margin. A chunk whose guess was wrong
+    (OVERFLOW, or more than exponent_slack too coarse) goes again at the exponent its result
+    agreed (`need`), as item j + window, or at the end of the call."""
+
+    def __init__(self, worker: Worker, array: np.ndarray) -> None:
+        super().__init__(worker, array)
+        cfg = worker.config
+        self.n = cfg.num_workers
+        self.window = cfg.window
+        self.slack = cfg.exponent_slack
+        self.margin = cfg.exponent_margin
+        chunks = np.zeros((self.m, INC_K), np.float64)
+        chunks.ravel()[:self.size] = array.ravel()
+        # x * 2^(30 - L): the wire value at exponent E is rint of this * 2^-E (scaling by 2^k is exact)
+        self.scaled = np.ldexp(chunks, 30 - quantize.headroom_bits(self.n))
+        self.fits_at = quantize.chunk_exponents(chunks)            # the smallest exponent each chunk fits
+        self.local = np.minimum(self.fits_at, quantize.EXPONENT_MAX)
+        self.agreed = np.full(self.m, quantize.EXPONENT_MIN, np.int64)
+        # Guesses every worker can make before any result: all chunks after a call of the same
+        # length, else the first window. Those are quantised here, at once.
+        previous = worker._basis
+        known = self.m if previous is not None and len(previous) == self.m else min(self.m, self.window)
+        self.used = np.zeros(self.m, np.int64)             # the exponent of each chunk's last item
+        self.used[:known] = _bounded_guess(_first_guess(previous, self.m)[:known] + self.margin)
+        self.prepared = self._quantized(np.arange(known))
+        self.known = known
+        self.item_chunk: list[int] = []
+        self.item_basis: list[int] = []
+        self.item_redo: list[bool] = []
+        self.fresh = 0                    # chunks 0 .. fresh - 1 have been assigned once
+        self.redo: deque[tuple[int, int]] = deque()   # (first item that may carry it, chunk)
+        self.failed: list[int] = []
+        self.first_pass_done: float | None = None
+
+    def assign(self, index: int) -> int | None:
+        if self.redo and (self.redo[0][0] <= index or self.fresh == self.m and self.answered == index):
+            _, chunk = self.redo.popleft()
+            self.used[chunk] = min(self.agreed[chunk], quantize.EXPONENT_MAX)
+            self._add_item(chunk, int(self.used[chunk]), redo=True)
+            return chunk
+        if self.fresh < self.m:
+            chunk = self.fresh
+            self.fresh += 1
+            if chunk < self.known:
+                basis = int(self.used[chunk]) - self.margin
+            else:       # the exponent all workers agreed for the item this one's slot carried last
+                earlier = index - self.window
+                agreed = int(self.agreed[self.item_chunk[earlier]])
+                basis = self.item_basis[earlier] if agreed == quantize.EXPONENT_MIN else agreed
+                self.used[chunk] = _bounded_guess(basis + self.margin)
+            self._add_item(chunk, basis, redo=False)
+            return chunk
+        self.done = self.answered == index and not self.redo
+        return None
+
+    def _add_item(self, chunk: int, basis: int, redo: bool) -> None:
+        self.item_chunk.append(chunk)
+        self.item_basis.append(basis)
+        self.item_redo.append(redo)
+
+    def _quantized(self, chunks: np.ndarray) -> bytes:
+        """The wire elements of `chunks` at their `used` exponents; zeros where they do not fit."""
+        exponents = self.used[chunks]
+        with np.errstate(invalid="ignore", over="ignore"):
+            q = np.rint(np.ldexp(self.scaled[chunks], -exponents[:, None]))
+        q[self.fits_at[chunks] > exponents] = 0
+        return q.astype(">i4").tobytes()
+
+    def packet(self, chunk: int, slot: int, version: int, seq: int) -> bytes:
+        exponent = int(self.used[chunk])
+        fits = self.fits_at[chunk] <= exponent
+        if chunk < self.known and not self.item_redo[-1]:
+            elements = self.prepared[chunk * ELEMENT_BYTES:(chunk + 1) * ELEMENT_BYTES]
+        else:
+            elements = self._quantized(np.array([chunk]))
+        return self.header(chunk, slot, version, seq, 0 if fits else FLAG_OVERFLOW, exponent,
+                           int(self.local[chunk])) + elements
+
+    def answered_in_order(self, index: int, chunk: int, flags: int, need: int) -> None:
+        self.agreed[chunk] = need
+        overflow = bool(flags & FLAG_OVERFLOW)
+        if self.item_redo[index]:
+            if overflow:
+                self.failed.append(chunk)
+            self.flags[chunk] = flags
+        else:
+            too_coarse = quantize.EXPONENT_MIN < need < int(self.used[chunk]) - self.slack
+            if overflow or too_coarse:
+                self.redo.append((index + self.window, chunk))
+                self.stats.redone_chunks += 1
+            if chunk == self.m - 1:
+                self.first_pass_done = time.monotonic()
+
+    def finish(self) -> np.ndarray:
+        t0 = time.monotonic()
+        if self.first_pass_done is not None and self.stats.redone_chunks:
+            self.stats.exponent_s = max(0.0, t0 - self.first_pass_done)
+        self.worker._basis = self.agreed.copy()
+        failed = sorted(self.failed)
         if failed:
             raise IncOverflowError(f"float32 values too large or not finite in {len(failed)} chunk(s), "
                                    f"first at element {failed[0] * INC_K}", failed)
-        values = quantize.dequantize(sums, exponents, n)
+        values = quantize.dequantize(self.sums, self.used, self.n)
         # Each input fits float32, their sum need not (N values near 2^127).
         too_big = np.flatnonzero(~np.all(np.isfinite(values), axis=1)).tolist()
         if too_big:
             raise IncOverflowError(f"the float32 sum exceeds float32's range in {len(too_big)} chunk(s), "
                                    f"first at element {too_big[0] * INC_K}", too_big)
-        return values.ravel()[:array.size].reshape(array.shape)
-
-    def _guess_exponents(self, m: int) -> np.ndarray:
-        """Derived only from results all workers saw, so every worker guesses the same."""
-        if self._exponents is None:
-            return np.zeros(m, np.int64)
-        if len(self._exponents) == m:
-            return self._exponents.copy()
-        return np.full(m, int(self._exponents.max()), np.int64)
-
-    def _exchange(self, chunks: np.ndarray, counts: np.ndarray, exponents: np.ndarray,
-                  flags: np.ndarray, needs: np.ndarray) -> _Exchange:
-        """Send every chunk, a window of slots at a time, and collect every result.
-
-        Chunk i gets seq = next_seq + i, slot = seq % window, and the slot's version flips
-        on each reuse: version = (seq // window) % 2.
-        """
-        cfg = self.config
-        m = len(chunks)
-        first_seq = self.next_seq
-        self.next_seq += m
-        out = _Exchange(np.zeros((m, INC_K), np.int32), np.zeros(m, np.int64), np.zeros(m, np.int64))
-        in_flight: dict[int, _InFlight] = {}
-        next_index = done = 0
-        while done < m:
-            while next_index < m and (first_seq + next_index) % cfg.window not in in_flight:
-                seq = first_seq + next_index
-                header = IncHeader(opcode=OP_CONTRIB, job_id=cfg.job_id, worker_id=cfg.worker_id,
-                                   count=int(counts[next_index]), slot=seq % cfg.window,
-                                   pool_version=(seq // cfg.window) % 2, seq=seq & 0xFFFFFFFF,
-                                   flags=int(flags[next_index]), exponent=int(exponents[next_index]),
-                                   need=int(needs[next_index]))
-                payload = pack(header, chunks[next_index])
-                self.transport.send(payload)
-                in_flight[header.slot] = _InFlight(next_index, header.seq, payload,
-                                                   time.monotonic() + cfg.timeout)
-                next_index += 1
-            wait = min(f.deadline for f in in_flight.values()) - time.monotonic()
-            data = self.transport.recv(wait)
-            if data is not None:
-                done += self._accept(data, in_flight, out)
-            self._retransmit_expired(in_flight)
+        out = values.ravel()[:self.size].reshape(self.shape)
+        self.stats.finish_s = time.monotonic() - t0
         return out
 
-    def _accept(self, data: bytes, in_flight: dict[int, _InFlight], out: _Exchange) -> int:
-        """Record a result for a chunk in flight; 1 if it was one, else 0 (stale or foreign)."""
-        try:
-            header, elements = unpack(data)
-        except IncFormatError as e:
-            log.debug("ignoring a packet: %s", e)
-            return 0
-        waiting = in_flight.get(header.slot)
-        if (header.opcode != OP_RESULT or header.job_id != self.config.job_id
-                or waiting is None or waiting.seq != header.seq):
-            log.debug("ignoring %s", header)
-            return 0
-        del in_flight[header.slot]
-        out.sums[waiting.index] = elements
-        out.flags[waiting.index] = header.flags
-        out.needs[waiting.index] = header.need
-        return 1
 
-    def _retransmit_expired(self, in_flight: dict[int, _InFlight]) -> None:
-        now = time.monotonic()
-        for f in in_flight.values():
-            if f.deadline > now:
-                continue
-            if f.tries > self.config.max_retries:
-                raise IncTimeoutError(f"job {self.config.job_id} worker {self.config.worker_id}: no result "
-                                      f"for seq {f.seq} after {f.tries} tries; are the switch, the job "
-                                      f"and all {self.config.num_workers} workers up, with the same "
-                                      f"window ({self.config.window}) within the job's slots?")
-            log.debug("retransmitting seq %d (try %d)", f.seq, f.tries + 1)
-            self.transport.send(f.payload)
-            f.tries += 1
-            f.deadline = now + self.config.timeout
+def _bounded_guess(exponent: np.ndarray | int) -> np.ndarray | int:
+    """A guessed exponent within what the header's int8 carries (EXPONENT_MIN means all-zero)."""
+    return np.clip(exponent, quantize.EXPONENT_MIN + 1, quantize.EXPONENT_MAX)
 
 
-def _chunked(flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(chunks, counts): `flat` zero padded to whole K-element rows, and each row's length."""
-    m = -(-flat.size // INC_K)
-    chunks = np.zeros((m, INC_K), dtype=flat.dtype)
-    chunks.ravel()[:flat.size] = flat
-    counts = np.full(m, INC_K, np.int64)
-    counts[-1] = flat.size - (m - 1) * INC_K
-    return chunks, counts
+def _first_guess(basis: np.ndarray | None, m: int) -> np.ndarray:
+    """The first window's bases: the last float call's agreed exponents (per chunk if it had
+    as many chunks, else their max; all-zero chunks take the max), 0 for the first call.
+    Derived only from results every worker saw, so every worker guesses the same."""
+    if basis is None:
+        return np.zeros(m, np.int64)
+    known = basis[basis > quantize.EXPONENT_MIN]
+    fallback = int(known.max()) if known.size else 0
+    if len(basis) != m:
+        return np.full(m, fallback, np.int64)
+    return np.where(basis > quantize.EXPONENT_MIN, basis, fallback)

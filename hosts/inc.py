@@ -32,7 +32,8 @@ FLAG_OVERFLOW = 0x01
 FLAG_RESENT = 0x02
 
 HEADER_SIZE = 16
-PAYLOAD_SIZE = HEADER_SIZE + 4 * INC_K    # the UDP payload of every INC packet
+ELEMENT_BYTES = 4 * INC_K
+PAYLOAD_SIZE = HEADER_SIZE + ELEMENT_BYTES    # the UDP payload of every INC packet
 
 
 class IncFormatError(ValueError):
@@ -103,27 +104,39 @@ class IncHeader:
 
 _HEADER = struct.Struct("!BBHBBHIbbH")
 _ELEMENTS = np.dtype(">i4")
-_ZERO_ELEMENTS = bytes(4 * INC_K)
+_ZERO_ELEMENTS = bytes(ELEMENT_BYTES)
 
 
 def pack(header: IncHeader, elements: np.ndarray) -> bytes:
     """The UDP payload for `header` and up to K int32 `elements` (zero padded)."""
     data = np.asarray(elements, dtype=_ELEMENTS).tobytes()
-    if len(data) > 4 * INC_K:
+    if len(data) > ELEMENT_BYTES:
         raise ValueError(f"an INC packet carries at most {INC_K} elements, not {len(data) // 4}")
-    return (_HEADER.pack((header.version << 4) | header.opcode, header.flags, header.job_id,
-                         header.worker_id, header.count, (header.pool_version << 15) | header.slot,
-                         header.seq, header.exponent, header.need, 0)
-            + data + _ZERO_ELEMENTS[len(data):])
+    return pack_header(header) + data + _ZERO_ELEMENTS[len(data):]
+
+
+def pack_header(header: IncHeader) -> bytes:
+    """The 16 header bytes alone; a payload is these and ELEMENT_BYTES of big-endian int32."""
+    return _HEADER.pack((header.version << 4) | header.opcode, header.flags, header.job_id,
+                        header.worker_id, header.count, (header.pool_version << 15) | header.slot,
+                        header.seq, header.exponent, header.need, 0)
 
 
 def unpack(payload: bytes) -> tuple[IncHeader, np.ndarray]:
     """Header and the K elements (native int32) of an INC UDP payload."""
+    return unpack_header(payload), elements_view(payload).astype(np.int32)
+
+
+def unpack_header(payload: bytes) -> IncHeader:
+    """The header of an INC UDP payload, after checking that the payload is whole."""
     if len(payload) < PAYLOAD_SIZE:
         raise IncFormatError(f"an INC payload has {PAYLOAD_SIZE} bytes, this one {len(payload)}")
     vo, flags, job, worker, count, vs, seq, exponent, need, _ = _HEADER.unpack_from(payload)
-    header = IncHeader(opcode=vo & 0xF, job_id=job, worker_id=worker, count=count, slot=vs & 0x7FFF,
-                       pool_version=vs >> 15, seq=seq, flags=flags, exponent=exponent, need=need,
-                       version=vo >> 4)
-    elements = np.frombuffer(payload, dtype=_ELEMENTS, count=INC_K, offset=HEADER_SIZE).astype(np.int32)
-    return header, elements
+    return IncHeader(opcode=vo & 0xF, job_id=job, worker_id=worker, count=count, slot=vs & 0x7FFF,
+                     pool_version=vs >> 15, seq=seq, flags=flags, exponent=exponent, need=need,
+                     version=vo >> 4)
+
+
+def elements_view(payload: bytes) -> np.ndarray:
+    """The K elements of a whole INC payload, big-endian, without a copy."""
+    return np.frombuffer(payload, dtype=_ELEMENTS, count=INC_K, offset=HEADER_SIZE)

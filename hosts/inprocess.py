@@ -1,7 +1,7 @@
 """Workers and a switch in one process: an InProcessFabric wraps INC payloads in
 Ethernet/IPv4/UDP (to the aggregator, or host to host for the ring baseline), feeds them to
 `p4sim.Switch.process` and hands the switch's output to the hosts' transports, with optional
-loss, duplication and reordering on every link.
+loss, duplication, reordering and latency on every link.
 """
 from __future__ import annotations
 
@@ -50,6 +50,7 @@ class Faults:
     duplicate: float = 0.0
     reorder: float = 0.0          # delayed by up to max_delay, so later packets overtake it
     max_delay: float = 0.005      # seconds
+    latency: float = 0.0          # seconds every packet takes on every link (a slow switch or a long cable)
     seed: int = 0
 
 
@@ -140,7 +141,7 @@ class InProcessFabric:
         with self._rng_lock:
             lost = self._rng.random() < f.loss
             copies = 2 if self._rng.random() < f.duplicate else 1
-            delays = [self._rng.random() * f.max_delay if self._rng.random() < f.reorder else 0.0
+            delays = [f.latency + (self._rng.random() * f.max_delay if self._rng.random() < f.reorder else 0.0)
                       for _ in range(copies)]
         if lost:
             return

@@ -4,10 +4,12 @@ Mininet hosts and loopback; the in-process ones are in inprocess.py.
 """
 from __future__ import annotations
 
+import errno
 import logging
 import select
 import socket
 import time
+from dataclasses import dataclass
 from typing import Protocol
 
 from hosts.inc import AGG_IP, INC_PORT, RING_PORT
@@ -41,10 +43,30 @@ class PeerTransport(Protocol):
         """Release the transport's resources."""
 
 
+@dataclass
+class SendCounters:
+    """What a kernel socket refused: sends that had to wait (EAGAIN/ENOBUFS, then sent)
+    and sends given up (the packet counts as lost; the sender's retransmission covers it)."""
+    waits: int = 0
+    dropped: int = 0
+    last_error: str = ""
+
+
+# Errors after which the socket takes the packet if asked again a little later.
+_RETRY_ERRNOS = frozenset({errno.EAGAIN, errno.EWOULDBLOCK, errno.ENOBUFS})
+SEND_PATIENCE_S = 0.05      # how long one send may wait for the kernel before the packet counts as lost
+
+
 class _UdpSocket:
-    """A non-blocking UDP socket with a large receive buffer, bound to an address."""
+    """A non-blocking UDP socket with a large receive buffer, bound to an address.
+
+    Sending never raises: a full socket buffer or device queue (EAGAIN, ENOBUFS) is waited
+    out (until writable, then briefly backing off) and counted; a packet the kernel still
+    refuses, or any other socket error, is counted and dropped like a lost packet.
+    """
 
     def __init__(self, bind: tuple[str, int], interface: str | None) -> None:
+        self.counters = SendCounters()
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         try:
             self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
@@ -60,6 +82,36 @@ class _UdpSocket:
     def address(self) -> tuple[str, int]:
         return self.sock.getsockname()
 
+    def send_to_address(self, payload: bytes, address: tuple[str, int]) -> None:
+        """Send one datagram; see the class docstring for what happens when it cannot go."""
+        deadline = None
+        pause = 0.0005
+        while True:
+            try:
+                self.sock.sendto(payload, address)
+                return
+            except OSError as e:
+                if e.errno not in _RETRY_ERRNOS:
+                    self._drop(e)
+                    return
+                now = time.monotonic()
+                if deadline is None:
+                    self.counters.waits += 1
+                    deadline = now + SEND_PATIENCE_S
+                elif now >= deadline:
+                    self._drop(e)
+                    return
+                # Writable says the socket buffer has room; ENOBUFS (the device queue) needs a pause too.
+                select.select([], [self.sock], [], deadline - now)
+                if e.errno == errno.ENOBUFS:
+                    time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+                    pause *= 2
+
+    def _drop(self, error: OSError) -> None:
+        self.counters.dropped += 1
+        self.counters.last_error = f"{error.strerror or error} (errno {error.errno})"
+        log.debug("send dropped: %s", self.counters.last_error)
+
     def recv(self, timeout: float) -> bytes | None:
         got = self.recv_from(timeout)
         return None if got is None else got[0]
@@ -71,7 +123,8 @@ class _UdpSocket:
             return None
         try:
             return self.sock.recvfrom(2048)
-        except BlockingIOError:
+        except OSError as e:      # EAGAIN after a spurious wake-up, or an ICMP error queued on the socket
+            log.debug("recv: %s", e)
             return None
 
     def close(self) -> None:
@@ -89,7 +142,7 @@ class UdpTransport(_UdpSocket):
         log.debug("UDP transport on %s to %s", bind, aggregator)
 
     def send(self, payload: bytes) -> None:
-        self.sock.sendto(payload, self.aggregator)
+        self.send_to_address(payload, self.aggregator)
 
     def recv(self, timeout: float) -> bytes | None:
         """The next datagram from the aggregator's address; others (another host sending
@@ -114,4 +167,4 @@ class UdpPeerTransport(_UdpSocket):
         self.peers = peers
 
     def send_to(self, peer: int, payload: bytes) -> None:
-        self.sock.sendto(payload, self.peers[peer])
+        self.send_to_address(payload, self.peers[peer])

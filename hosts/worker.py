@@ -1,6 +1,7 @@
 """CLI for one worker inside a Mininet host: runs `allreduce` (in the switch, or the host
 ring baseline) on a .npy tensor or on a generated one (which every worker can also compute
-for the others, so --check verifies the sum against numpy), and prints a JSON line of timings.
+for the others, so --check verifies the sum against numpy), and prints a JSON line of timings
+and, for inc, the transport's counts (packets, retransmissions, RTO, window: CallStats).
 """
 from __future__ import annotations
 
@@ -55,7 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m hosts.worker",
         description="One worker of an in-network AllReduce job. Start one per host, with the same "
                     "--job-id, --workers, --size/--dtype (or same-shaped --input) and --seed; the "
-                    "controller must have installed the job. Prints a JSON line of timings.")
+                    "controller must have installed the job. Prints a JSON line of timings and, for inc, "
+                    "the last call's transport stats (packets, retransmissions, final RTO and window).")
     p.add_argument("--job-id", type=int, required=True, help="job id the controller installed")
     p.add_argument("--worker-id", type=int, required=True, help="this worker's id, 0..workers-1")
     p.add_argument("--workers", type=int, required=True, help="number of workers in the job")
@@ -84,23 +86,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", type=Path, help="write the result of the last iteration to this .npy file")
     p.add_argument("--iterations", type=int, default=1, help="AllReduce calls to time (default 1)")
     p.add_argument("--window", type=int, default=16, help="slots in flight, at most the job's slots (default 16)")
-    p.add_argument("--timeout", type=float, default=20.0,
-                   help="milliseconds before a chunk is retransmitted (default 20)")
-    p.add_argument("--max-retries", type=int, default=200, help="retransmissions before giving up (default 200)")
+    p.add_argument("--timeout", type=float,
+                   help="milliseconds before a chunk is sent again: inc, the first timeout until round trips "
+                        "are measured (default 1000; then it adapts); ring, fixed (default 20)")
+    p.add_argument("--give-up-after", type=float, default=JobConfig.give_up_after, metavar="SECONDS",
+                   help="inc: seconds a chunk may wait for its result before the worker fails "
+                        f"(default {JobConfig.give_up_after:g})")
+    p.add_argument("--max-retries", type=int, default=200,
+                   help="ring: retransmissions before giving up (default 200)")
     p.add_argument("-v", "--verbose", action="store_true", help="log every retransmission")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    if args.check and args.size is None:
-        print("error: --check needs --size (generated tensors)", file=sys.stderr)
-        return 2
-    if args.algorithm == "ring" and (args.peers is None or len(args.peers) != args.workers):
-        print("error: --algorithm ring needs --peers with one IP per worker", file=sys.stderr)
-        return 2
+    check_arguments(parser, args)
     try:
         if args.input is not None:
             tensor = np.load(args.input, allow_pickle=False)
@@ -110,12 +113,14 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    times = []
+    times, stats = [], []
     try:
         for _ in range(args.iterations):
             start = time.perf_counter()
             result = worker.allreduce(tensor)
             times.append(time.perf_counter() - start)
+            if isinstance(worker, Worker):
+                stats.append(worker.last_stats)
     except (IncError, TypeError) as e:
         print(f"error: worker {args.worker_id}: {e}", file=sys.stderr)
         return 1
@@ -123,6 +128,10 @@ def main(argv: list[str] | None = None) -> int:
         worker.close()
     report = {"job_id": args.job_id, "worker_id": args.worker_id, "workers": args.workers,
               "elements": int(tensor.size), "dtype": str(tensor.dtype), "seconds": times}
+    if stats:
+        report["packets_sent"] = sum(s.packets_sent for s in stats)
+        report["retransmits"] = sum(s.retransmits for s in stats)
+        report["last_stats"] = stats[-1].to_dict()
     if args.check:
         expected = expected_sum(args.seed, args.workers, args.size, args.dtype)
         error = float(np.max(np.abs(result.astype(np.float64) - expected), initial=0.0))
@@ -135,10 +144,29 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if report.get("correct", True) else 1
 
 
+def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Combinations argparse cannot check alone: a usage error (exit 2), never a traceback."""
+    if args.check and args.size is None:
+        parser.error("--check needs --size (generated tensors)")
+    if args.iterations < 0:
+        parser.error(f"--iterations must not be negative, not {args.iterations}")
+    if args.iterations == 0 and (args.check or args.output is not None):
+        parser.error("--check and --output need a result: --iterations must be at least 1")
+    if args.algorithm == "ring":
+        if args.peers is None or len(args.peers) != args.workers:
+            parser.error("--algorithm ring needs --peers with one IP per worker")
+        if not 0 <= args.worker_id < len(args.peers):
+            parser.error(f"--worker-id must be 0..{len(args.peers) - 1} (one per --peers entry), not {args.worker_id}")
+    if args.timeout is not None and args.timeout <= 0:
+        parser.error(f"--timeout must be positive milliseconds, not {args.timeout:g}")
+    if args.give_up_after <= 0:
+        parser.error(f"--give-up-after must be positive seconds, not {args.give_up_after:g}")
+
+
 def make_worker(args: argparse.Namespace) -> Worker | RingWorker:
     """The agent for --algorithm, on a UDP socket bound to --port (and --interface)."""
-    timeout = args.timeout / 1000
     if args.algorithm == "ring":
+        timeout = 0.02 if args.timeout is None else args.timeout / 1000
         port = RING_PORT if args.port is None else args.port
         transport = UdpPeerTransport([(ip, port) for ip in args.peers], (args.peers[args.worker_id], port),
                                      args.interface)
@@ -150,7 +178,8 @@ def make_worker(args: argparse.Namespace) -> Worker | RingWorker:
             raise
         return RingWorker(config, transport)
     config = JobConfig(args.job_id, args.worker_id, args.workers, window=args.window,
-                       timeout=timeout, max_retries=args.max_retries)
+                       timeout=JobConfig.timeout if args.timeout is None else args.timeout / 1000,
+                       give_up_after=args.give_up_after)
     port = INC_PORT if args.port is None else args.port
     return Worker(config, UdpTransport(args.aggregator, (args.bind, port), args.interface))
 

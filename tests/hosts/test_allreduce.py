@@ -25,7 +25,7 @@ def run_allreduce(switch: Switch, calls: list[list[np.ndarray]], *, faults: Faul
     install_forwarding(switch, list(job.hosts))
     install_job(switch, job)
     with InProcessFabric(switch, list(job.hosts), faults) as fabric:
-        workers = [Worker(JobConfig(job.job_id, w, n, window=window, timeout=0.01, max_retries=300),
+        workers = [Worker(JobConfig(job.job_id, w, n, window=window, timeout=0.05, give_up_after=20),
                           fabric.transport(w)) for w in range(n)]
 
         def run(w: int) -> list[object]:
@@ -139,7 +139,7 @@ def test_missing_peer_times_out_with_a_clear_error(switch: Switch) -> None:
     install_forwarding(switch, list(job.hosts))
     install_job(switch, job)
     with InProcessFabric(switch, list(job.hosts)) as fabric:
-        worker = Worker(JobConfig(1, 0, 2, window=2, timeout=0.001, max_retries=3), fabric.transport(0))
+        worker = Worker(JobConfig(1, 0, 2, window=2, timeout=0.001, give_up_after=0.05), fabric.transport(0))
         with pytest.raises(IncTimeoutError, match="no result"):
             worker.allreduce(np.ones(5, np.int32))
 

@@ -101,6 +101,9 @@ def test_inc_workers_over_udp_through_p4sim_get_the_numpy_sum(switch: Switch, dt
             bridge.close()
     for r in reports:
         assert r["correct"] and len(r["seconds"]) == 2 and r["elements"] == 200
+        # 7 chunks a call; the transport's stats of the last one
+        assert r["packets_sent"] >= 14 and r["last_stats"]["chunks"] == 7
+        assert r["last_stats"]["results"] == 7 and r["last_stats"]["final_rto_s"] > 0
 
 
 def test_ring_workers_over_udp_get_the_numpy_sum() -> None:
@@ -117,3 +120,21 @@ def test_bad_arguments_give_a_message_not_a_traceback() -> None:
                         "--workers", "2", "--size", "4"], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert p.returncode == 2
     assert "worker_id must be 0..1" in p.stderr and "Traceback" not in p.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--algorithm", "ring", "--peers", "127.0.0.1,127.0.0.2", "--workers", "2", "--worker-id", "2"],
+     "--worker-id must be 0..1"),
+    (["--workers", "2", "--worker-id", "0", "--iterations", "0", "--check"], "--iterations must be at least 1"),
+    (["--workers", "2", "--worker-id", "0", "--iterations", "0", "--output", "out.npy"],
+     "--iterations must be at least 1"),
+    (["--workers", "2", "--worker-id", "0", "--iterations", "-1"], "--iterations must not be negative"),
+    (["--workers", "2", "--worker-id", "0", "--give-up-after", "0"], "--give-up-after must be positive"),
+    (["--workers", "2", "--worker-id", "0", "--timeout", "-5"], "--timeout must be positive"),
+])
+def test_impossible_combinations_are_one_line_usage_errors(args: list[str], message: str, tmp_path: Path) -> None:
+    p = subprocess.run([sys.executable, "-m", "hosts.worker", "--job-id", "1", "--size", "4", *args],
+                       cwd=tmp_path, env={"PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
+    assert p.stderr.startswith("usage: ") and message in p.stderr.strip().splitlines()[-1], p.stderr
+    assert not (tmp_path / "out.npy").exists()

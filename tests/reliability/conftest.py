@@ -27,7 +27,7 @@ from tests.hosts.conftest import Job, program, switch  # noqa: F401 - fixtures r
 
 log = logging.getLogger(__name__)
 
-# No test here waits on a worker longer than this; far above any retry budget they use.
+# No test here waits on a worker longer than this; far above any time budget they use.
 HANG_GUARD_S = 600.0
 
 
@@ -141,13 +141,15 @@ def star(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201 - an IncStar
 
 
 def job_workers(fabric: InProcessFabric, job: Job, *, first_host: int = 0, window: int = 8,
-                timeout: float = 0.1, max_retries: int = 1000) -> list[tuple[Worker, HookedTransport]]:
+                timeout: float = 0.1, give_up_after: float = 60.0,
+                max_rto: float = 2.0) -> list[tuple[Worker, HookedTransport]]:
     """One Worker per host of `job`; hosts[first_host + w] of the fabric is worker w."""
     n = len(job.hosts)
     out = []
     for w in range(n):
         transport = HookedTransport(fabric.transport(first_host + w))
-        config = JobConfig(job.job_id, w, n, window=window, timeout=timeout, max_retries=max_retries)
+        config = JobConfig(job.job_id, w, n, window=window, timeout=timeout, give_up_after=give_up_after,
+                           max_rto=max_rto)
         out.append((Worker(config, transport), transport))
     return out
 

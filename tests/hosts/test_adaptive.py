@@ -1,0 +1,186 @@
+"""The worker's transport adapts: through an InProcessFabric to p4sim, with links that
+make the round trip 50 ms, or that lose packets for a while, the RTO follows the
+measured round trip, the window backs off and recovers, sums stay exact (numpy), the time
+budget ends a hopeless call with a clear error, and float32 takes one pass per chunk."""
+from __future__ import annotations
+
+import json
+import random
+import re
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Iterator
+
+import numpy as np
+import pytest
+from p4sim import Switch
+
+from hosts.agent import CallStats, IncTimeoutError, JobConfig, Worker
+from hosts.inc import INC_K
+from hosts.inprocess import Faults, InProcessFabric
+from hosts.transport import Transport
+from tests.hosts.conftest import Job, counter, host, install_forwarding, install_job
+
+
+class LossyLink:
+    """A worker's Transport of which a fraction `loss` (changeable) of contributions is lost."""
+
+    def __init__(self, inner: Transport, seed: int) -> None:
+        self.inner = inner
+        self.loss = 0.0
+        self.rng = random.Random(seed)
+
+    def send(self, payload: bytes) -> None:
+        if self.rng.random() >= self.loss:
+            self.inner.send(payload)
+
+    def recv(self, timeout: float) -> bytes | None:
+        return self.inner.recv(timeout)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+@pytest.fixture
+def job_fabric(switch: Switch) -> Iterator[Callable[..., tuple[list[Worker], list[LossyLink]]]]:
+    """make(n, window, latency=0, **config): n workers on lossy links to the test's switch,
+    each packet taking `latency` seconds on each link."""
+    fabrics: list[InProcessFabric] = []
+
+    def make(n: int, window: int, latency: float = 0.0, **config: float) -> tuple[list[Worker], list[LossyLink]]:
+        job = Job(job_id=1, hosts=tuple(host(i) for i in range(1, n + 1)), num_slots=window)
+        install_forwarding(switch, list(job.hosts))
+        install_job(switch, job)
+        fabrics.append(InProcessFabric(switch, list(job.hosts), Faults(latency=latency)))
+        links = [LossyLink(fabrics[-1].transport(w), seed=w) for w in range(n)]
+        return [Worker(JobConfig(1, w, n, window=window, **config), links[w]) for w in range(n)], links
+
+    try:
+        yield make
+    finally:
+        for fabric in fabrics:
+            fabric.close()
+
+
+def allreduce_all(workers: list[Worker], inputs: list[np.ndarray]) -> list[tuple[np.ndarray, CallStats]]:
+    def run(w: int) -> tuple[np.ndarray, CallStats]:
+        return workers[w].allreduce(inputs[w]), workers[w].last_stats
+    with ThreadPoolExecutor(len(workers)) as pool:
+        return list(pool.map(run, range(len(workers))))
+
+
+def int_inputs(rng: np.random.Generator, n: int, chunks: int) -> list[np.ndarray]:
+    return [rng.integers(-2**20, 2**20, chunks * INC_K, dtype=np.int32) for _ in range(n)]
+
+
+def test_rto_learns_a_50_ms_round_trip_and_then_stops_retransmitting(switch: Switch, job_fabric) -> None:
+    n, window, chunks = 4, 8, 24
+    workers, _ = job_fabric(n, window, latency=0.025, timeout=0.01, min_rto=0.005)   # a first RTO far too short
+    rng = np.random.default_rng(1)
+    later_packets = later_retransmits = 0
+    for call in range(5):
+        inputs = int_inputs(rng, n, chunks)
+        for out, stats in allreduce_all(workers, inputs):
+            np.testing.assert_array_equal(out, np.sum(inputs, axis=0, dtype=np.int32))
+            if call > 0:
+                later_packets += stats.packets_sent
+                later_retransmits += stats.retransmits
+    for w in workers:
+        assert w.rto.srtt >= 0.05 and w.rto.rto >= 1.5 * 0.05
+    assert later_retransmits <= 0.02 * later_packets, (later_retransmits, later_packets)
+
+
+def test_a_slow_switch_costs_no_retransmission_with_the_default_first_rto(switch: Switch, job_fabric) -> None:
+    n, window, chunks = 4, 8, 40
+    workers, _ = job_fabric(n, window, latency=0.025)
+    inputs = int_inputs(np.random.default_rng(2), n, chunks)
+    for out, stats in allreduce_all(workers, inputs):
+        np.testing.assert_array_equal(out, np.sum(inputs, axis=0, dtype=np.int32))
+        assert stats.packets_sent == chunks and stats.retransmits == 0 and stats.results == chunks
+    assert counter(switch, "MyIngress.contributions") == n * chunks
+    assert counter(switch, "MyIngress.duplicate_drops") == 0
+
+
+def test_loss_is_repaired_before_the_timeout_cuts_the_window_and_clean_calls_grow_it_back(
+        switch: Switch, job_fabric) -> None:
+    n, window, chunks = 4, 16, 150
+    workers, links = job_fabric(n, window, timeout=0.05)
+    rng = np.random.default_rng(3)
+    for link in links:
+        link.loss = 0.03
+    inputs = int_inputs(rng, n, chunks)
+    lossy = allreduce_all(workers, inputs)
+    for out, _ in lossy:
+        np.testing.assert_array_equal(out, np.sum(inputs, axis=0, dtype=np.int32))
+    assert sum(s.fast_retransmits for _, s in lossy) > 0
+    assert all(w.cwnd.losses > 0 and w.cwnd.cwnd < window for w in workers)
+    for link in links:
+        link.loss = 0.0
+    for _ in range(3):
+        inputs = int_inputs(rng, n, chunks)
+        for out, stats in allreduce_all(workers, inputs):
+            np.testing.assert_array_equal(out, np.sum(inputs, axis=0, dtype=np.int32))
+    assert all(w.cwnd.cwnd == window for w in workers)
+
+
+def test_a_missing_peer_ends_the_call_at_the_time_budget_with_the_job_seq_and_time(switch: Switch,
+                                                                                   job_fabric) -> None:
+    workers, _ = job_fabric(2, 2, timeout=0.01, give_up_after=0.3)
+    start = time.monotonic()
+    with pytest.raises(IncTimeoutError) as info:
+        workers[0].allreduce(np.ones(100, np.int32))
+    elapsed = time.monotonic() - start
+    message = str(info.value)
+    assert 0.3 <= elapsed < 0.3 + 0.5
+    assert re.search(r"job 1 worker 0: no result for seq 0 \(chunk 0 of the call\) after 0\.[3-7]\d s", message), message
+    stats = workers[0].last_stats
+    assert stats.timeouts > 0 and stats.retransmits >= stats.timeouts and stats.results == 0
+
+
+def test_stats_of_a_clean_call_count_every_packet_and_serialise_to_json(switch: Switch, job_fabric) -> None:
+    workers, _ = job_fabric(2, 4)
+    inputs = int_inputs(np.random.default_rng(4), 2, 3)
+    for _, stats in allreduce_all(workers, [x[:70] for x in inputs]):
+        record = json.loads(json.dumps(stats.to_dict()))
+        assert record["chunks"] == 3 and record["packets_sent"] == 3 and record["results"] == 3
+        assert record["retransmits"] == record["duplicate_results"] == record["send_waits"] == 0
+        assert record["final_window"] == 4 and record["rtt_samples"] >= 3
+        parts = sum(record[k] for k in ("setup_s", "send_s", "wait_s", "retransmit_s", "finish_s"))
+        assert 0 < parts <= record["total_s"] * 1.01 + 1e-4
+
+
+def normal_floats(rng: np.random.Generator, n: int, length: int, scale: float) -> list[np.ndarray]:
+    return [(rng.standard_normal(length) * scale).astype(np.float32) for _ in range(n)]
+
+
+def test_float32_redoes_at_most_the_first_window_once_then_one_packet_per_chunk(switch: Switch,
+                                                                                 job_fabric) -> None:
+    n, window, chunks = 4, 8, 60
+    workers, _ = job_fabric(n, window)
+    rng = np.random.default_rng(5)
+    packets = 0
+    for call in range(3):
+        inputs = normal_floats(rng, n, chunks * INC_K, 1000.0)    # exponent ~12: the first call's guess (1) is wrong
+        exact = np.sum(np.array(inputs, np.float64), axis=0)
+        for out, stats in allreduce_all(workers, inputs):
+            np.testing.assert_allclose(out, exact, rtol=0, atol=1000.0 * 2.0**-16)
+            if call == 0:
+                assert 0 < stats.redone_chunks <= window and stats.exponent_s > 0
+            else:
+                assert stats.redone_chunks == 0 and stats.exponent_s == 0
+            assert stats.packets_sent == chunks + stats.redone_chunks
+        packets += workers[0].last_stats.packets_sent
+    assert counter(switch, "MyIngress.contributions") == n * packets
+
+
+def test_float32_chunks_whose_magnitude_jumps_are_redone_and_still_exact_to_the_bound(switch: Switch,
+                                                                                       job_fabric) -> None:
+    n, window, chunks = 3, 4, 30
+    workers, _ = job_fabric(n, window)
+    rng = np.random.default_rng(6)
+    scales = np.repeat(10.0 ** ((np.arange(chunks) % 3) * 3), INC_K)   # 1, 1e3, 1e6, 1, ...
+    inputs = [(rng.standard_normal(chunks * INC_K) * scales).astype(np.float32) for _ in range(n)]
+    exact = np.sum(np.array(inputs, np.float64), axis=0)
+    for out, stats in allreduce_all(workers, inputs):
+        assert stats.redone_chunks > window           # neighbours' exponents guess wrong here
+        assert np.all(np.abs(out - exact) <= scales * 2.0**-16)
