@@ -416,7 +416,7 @@ class _Float32Call(_Call):
         chunks = np.zeros((self.m, INC_K), np.float64)
         chunks.ravel()[:self.size] = array.ravel()
         # x * 2^(30 - L): the wire value at exponent E is rint of this * 2^-E (scaling by 2^k is exact)
-        self.scaled = np.ldexp(chunks, 30 - quantize.headroom_bits(self.n))
+        self.scaled = chunks * 2.0 ** (30 - quantize.headroom_bits(self.n))
         self.fits_at = quantize.chunk_exponents(chunks)            # the smallest exponent each chunk fits
         self.local = np.minimum(self.fits_at, quantize.EXPONENT_MAX)
         self.agreed = np.full(self.m, quantize.EXPONENT_MIN, np.int64)
@@ -517,7 +517,7 @@ class _Float32Call(_Call):
 
 def _bounded_guess(exponent: np.ndarray | int) -> np.ndarray | int:
     """A guessed exponent within what the header's int8 carries (EXPONENT_MIN means all-zero)."""
-    return np.clip(exponent, quantize.EXPONENT_MIN + 1, quantize.EXPONENT_MAX)
+    return np.minimum(np.maximum(exponent, quantize.EXPONENT_MIN + 1), quantize.EXPONENT_MAX)
 
 
 def _first_guess(basis: np.ndarray | None, m: int) -> np.ndarray:

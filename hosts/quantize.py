@@ -29,11 +29,11 @@ def chunk_exponents(chunks: np.ndarray) -> np.ndarray:
     subnormals) gets EXPONENT_MIN + 1, so it is still sent at a scale that keeps its digits.
     """
     with np.errstate(invalid="ignore"):
-        maxabs = np.max(np.abs(chunks.astype(np.float64)), axis=1)
+        maxabs = np.max(np.abs(np.asarray(chunks, np.float64)), axis=1)
     _, e = np.frexp(maxabs)                     # maxabs = m * 2^e with 0.5 <= m < 1, so maxabs < 2^e
     e = np.where(maxabs == 0, EXPONENT_MIN, np.maximum(e, EXPONENT_MIN + 1))
-    e = np.where(np.isfinite(maxabs), e, EXPONENT_MAX + 1)
-    return np.clip(e, EXPONENT_MIN, EXPONENT_MAX + 1).astype(np.int64)
+    # frexp gives no exponent for inf and nan; float32 values are below 2^128 anyway
+    return np.where(np.isfinite(maxabs), np.minimum(e, EXPONENT_MAX + 1), EXPONENT_MAX + 1).astype(np.int64)
 
 
 def quantize(chunks: np.ndarray, exponents: np.ndarray, num_workers: int) -> tuple[np.ndarray, np.ndarray]:
