@@ -230,7 +230,7 @@ class StandardHandler(_Unsupported):
             action, args = self._action(table.info, action_name, action_data, default=False)
             entry = TableEntry(match, action, args, priority)
             _table_call(table.insert, entry)
-            log.info("thrift: %s: added entry %d", table_name, entry.handle)
+            log.debug("thrift: %s: added entry %d", table_name, entry.handle)
             return entry.handle
 
     def bm_mt_set_default_action(self, cxt_id: int, table_name: str, action_name: str,

@@ -143,3 +143,68 @@ def test_switch_info_and_the_program_json_the_cli_reads(router):
     assert re.search(r"thrift_port\s*: %d" % server.port, out)
     assert "MyIngress.ipv4_lpm" in out and "mk=hdr.ipv4.dstAddr(lpm, 32)" in out
     assert re.search(r"MyIngress.ipv4_forward\s+\[dstAddr\(48\),\s*port\(9\)\]", out)
+
+
+@pytest.fixture
+def raw(router):
+    """Thrift clients of the three services on one connection, as simple_switch_CLI makes them;
+    for requests the CLI itself would refuse before sending."""
+    from bm_runtime.simple_pre_lag import SimplePreLAG
+    from bm_runtime.standard import Standard
+    from sswitch_runtime import SimpleSwitch
+    from thrift.protocol import TBinaryProtocol, TMultiplexedProtocol
+    from thrift.transport import TSocket, TTransport
+    switch, server = router
+    transport = TTransport.TBufferedTransport(TSocket.TSocket("127.0.0.1", server.port))
+    protocol = TBinaryProtocol.TBinaryProtocol(transport)
+    clients = [cls(TMultiplexedProtocol.TMultiplexedProtocol(protocol, name)) for name, cls in
+               [("standard", Standard.Client), ("simple_pre_lag", SimplePreLAG.Client),
+                ("simple_switch", SimpleSwitch.Client)]]
+    transport.open()
+    try:
+        yield switch, *clients
+    finally:
+        transport.close()
+
+
+def test_server_side_checks_answer_with_bmv2_exception_codes(raw):
+    from bm_runtime.simple_pre_lag.ttypes import InvalidMcOperation, McOperationErrorCode
+    from bm_runtime.standard.ttypes import (BmAddEntryOptions, BmMatchParam, BmMatchParamLPM,
+                                            BmMatchParamType, InvalidRegisterOperation,
+                                            InvalidTableOperation, TableOperationErrorCode as Code)
+    from sswitch_runtime.ttypes import InvalidMirroringOperation, MirroringSessionConfig
+    from thrift.Thrift import TApplicationException
+    switch, std, pre, ss = raw
+    table, action = "MyIngress.ipv4_lpm", "MyIngress.ipv4_forward"
+
+    def lpm(key: bytes, plen: int) -> list:
+        return [BmMatchParam(type=BmMatchParamType.LPM, lpm=BmMatchParamLPM(key, plen))]
+
+    params = [bytes(6), b"\x00\x01"]
+    for args, code in [(("MyIngress.nope", lpm(b"\x0a\0\0\0", 8), action, params), Code.INVALID_TABLE_NAME),
+                       ((table, lpm(b"\x0a\0\0", 8), action, params), Code.BAD_MATCH_KEY),
+                       ((table, lpm(b"\x0a\0\0\0", 33), action, params), Code.BAD_MATCH_KEY),
+                       ((table, lpm(b"\x0a\0\0\0", 8), "MyIngress.nope", params), Code.INVALID_ACTION_NAME),
+                       ((table, lpm(b"\x0a\0\0\0", 8), action, params[:1]), Code.BAD_ACTION_DATA)]:
+        with pytest.raises(InvalidTableOperation) as err:
+            std.bm_mt_add_entry(0, *args, BmAddEntryOptions())
+        assert err.value.code == code, args
+    with pytest.raises(InvalidTableOperation) as err:
+        std.bm_mt_read_counter(0, table, 0)
+    assert err.value.code == Code.COUNTERS_DISABLED
+    with pytest.raises(InvalidRegisterOperation):
+        std.bm_register_read(0, "MyIngress.nope", 0)
+    with pytest.raises(InvalidMcOperation) as err:
+        pre.bm_mc_node_destroy(0, 5)
+    assert err.value.code == McOperationErrorCode.INVALID_L1_HANDLE
+    with pytest.raises(InvalidMirroringOperation):
+        ss.mirroring_session_get(99)
+    with pytest.raises(TApplicationException, match="not supported by p4sim"):
+        std.bm_mt_act_prof_get_members(0, "MyIngress.prof")
+    # The connection still serves; bits beyond the prefix are dropped as BMv2 drops them.
+    handle = std.bm_mt_add_entry(0, table, lpm(b"\x0a\x01\x02\x03", 8), action, params, BmAddEntryOptions())
+    [entry] = std.bm_mt_get_entries(0, table)
+    assert (entry.entry_handle, entry.match_key[0].lpm.key, entry.options.priority) == (handle, b"\x0a\0\0\0", -1)
+    ss.mirroring_session_add(99, MirroringSessionConfig(port=3))
+    assert ss.mirroring_session_get(99).port == 3
+    assert switch.state.clone_sessions[99].replicas == [(3, 0)]
