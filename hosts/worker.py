@@ -85,6 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --size: compare the result against numpy's sum of all workers' tensors")
     p.add_argument("--output", type=Path, help="write the result of the last iteration to this .npy file")
     p.add_argument("--iterations", type=int, default=1, help="AllReduce calls to time (default 1)")
+    p.add_argument("--warmup", type=int, default=0,
+                   help="untimed AllReduce calls first, e.g. to let every worker start and the timers learn "
+                        "the round trip; not in the times or counts (default 0; same on every worker)")
     p.add_argument("--window", type=int, default=16, help="slots in flight, at most the job's slots (default 16)")
     p.add_argument("--timeout", type=float,
                    help="milliseconds before a chunk is sent again: inc, the first timeout until round trips "
@@ -115,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     times, stats = [], []
     try:
+        for _ in range(args.warmup):
+            worker.allreduce(tensor)
         for _ in range(args.iterations):
             start = time.perf_counter()
             result = worker.allreduce(tensor)
@@ -148,8 +153,8 @@ def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -
     """Combinations argparse cannot check alone: a usage error (exit 2), never a traceback."""
     if args.check and args.size is None:
         parser.error("--check needs --size (generated tensors)")
-    if args.iterations < 0:
-        parser.error(f"--iterations must not be negative, not {args.iterations}")
+    if args.iterations < 0 or args.warmup < 0:
+        parser.error(f"--iterations and --warmup must not be negative, not {args.iterations} and {args.warmup}")
     if args.iterations == 0 and (args.check or args.output is not None):
         parser.error("--check and --output need a result: --iterations must be at least 1")
     if args.algorithm == "ring":
