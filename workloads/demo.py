@@ -216,14 +216,14 @@ def main(argv: list[str] | None = None) -> int:
     worker_args = _model_flags(args)
     print(f"reference: {config.layers} layers, hidden {config.hidden}, {config.heads} heads, ffn {config.ffn}, "
           f"vocab {config.vocab}, float32; {args.tokens} tokens after a {args.prompt_length}-token prompt ...")
-    reference = reference_generate(config, prompt_tokens(config, args.prompt_length), args.tokens)
-    print(f"reference tokens: {reference.tokens}")
     build = REPO_ROOT / "build" / "tp"
     options = FabricOptions(target=args.target, build_dir=build)
     runs: list[Run] = []
     started = time.monotonic()
     try:
         program = compile_program(args.target, DEFAULT_PROGRAM, build)
+        reference = reference_generate(config, prompt_tokens(config, args.prompt_length), args.tokens)
+        print(f"reference tokens: {reference.tokens}")
         with tqdm(total=len(args.workers) * len(BACKENDS) * args.reps * args.tokens, unit="token") as progress:
             for n in args.workers:
                 progress.write(f"N={n}: starting a star of {n} hosts on {args.target} ...")
