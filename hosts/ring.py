@@ -2,7 +2,8 @@
 all-gather, 2(N-1) steps) over UDP between hosts, with the INC packet format and the same
 K-element chunks. Its transport is the best reliable one we could give it: a window of
 chunks in flight, delayed cumulative acks with a selective-ack bitmap (one ack per several
-chunks, as TCP does), fast retransmission of a hole and a timeout; the switch only forwards.
+chunks, as TCP does), fast retransmission of a hole, and the INC agent's measured
+retransmission timeout and congestion window (hosts/pacing.py); the switch only forwards.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import numpy as np
 
 from hosts.agent import IncTimeoutError
 from hosts.inc import INC_K, MAX_WORKERS, OP_RING, OP_RING_ACK, IncFormatError, IncHeader, pack, unpack
+from hosts.pacing import CongestionWindow, RtoEstimator
 from hosts.transport import PeerTransport
 
 log = logging.getLogger(__name__)
@@ -30,8 +32,9 @@ class RingConfig:
     job_id: int
     rank: int
     num_workers: int
-    window: int = 16             # unacknowledged chunks to the next rank
-    timeout: float = 0.02        # seconds before a chunk is sent again
+    window: int = 16             # unacknowledged chunks to the next rank, at most
+    timeout: float = 0.02        # seconds before a chunk is sent again, until round trips are measured
+    max_rto: float = 2.0         # the measured timeout's ceiling, seconds
     max_retries: int = 200       # also: a step with nothing new for timeout * (max_retries + 1) fails
     ack_every: int | None = None     # in-order chunks per ack (default: half the window)
     ack_delay: float | None = None   # longest an in-order chunk waits for its ack (default: timeout / 4)
@@ -43,6 +46,8 @@ class RingConfig:
             raise ValueError(f"rank must be 0..{self.num_workers - 1}, not {self.rank}")
         if not 1 <= self.window <= SACK_SEQS or self.timeout <= 0 or self.max_retries < 0:
             raise ValueError(f"window must be 1..{SACK_SEQS}, timeout positive, max_retries not negative")
+        if self.max_rto < 2 * self.ack_delay_s:
+            raise ValueError(f"max_rto must be at least twice the ack delay ({2 * self.ack_delay_s:g} s)")
         if self.ack_every is not None and self.ack_every < 1:
             raise ValueError(f"ack_every must be at least 1, not {self.ack_every}")
         if self.ack_delay is not None and not 0 <= self.ack_delay < self.timeout:
@@ -57,10 +62,15 @@ class RingConfig:
     def ack_delay_s(self) -> float:
         return self.ack_delay if self.ack_delay is not None else self.timeout / 4
 
+    def new_rto(self) -> RtoEstimator:
+        """Round trips include a delayed ack's wait: a timeout below twice that would resend what arrived."""
+        return RtoEstimator(initial=self.timeout, min_rto=2 * self.ack_delay_s, max_rto=self.max_rto)
+
 
 @dataclass
 class _Unacked:
     payload: bytes
+    sent: float              # when last sent
     deadline: float
     tries: int = 1
 
@@ -86,6 +96,8 @@ class RingWorker:
     transport: PeerTransport
     stats: RingStats = field(default_factory=RingStats)      # since the start
     last_stats: RingStats | None = None                      # during the last call (acks may follow it)
+    rto: RtoEstimator = field(init=False)                    # both measured over the link to the next rank,
+    cwnd: CongestionWindow = field(init=False)               # carried from call to call
     _send_next: int = field(default=0, repr=False)    # seq of this rank's next chunk to the next rank
     _recv_next: int = field(default=0, repr=False)    # seq of the next chunk a call expects from the previous
     _unacked: dict[int, _Unacked] = field(default_factory=dict, repr=False)    # by seq, to the next rank
@@ -98,6 +110,8 @@ class RingWorker:
     _thread: threading.Thread | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
+        self.rto = self.config.new_rto()
+        self.cwnd = CongestionWindow(self.config.window)
         self._thread = threading.Thread(target=self._serve, name=f"ring-{self.config.rank}", daemon=True)
         self._thread.start()
 
@@ -151,12 +165,13 @@ class RingWorker:
         nxt = (cfg.rank + 1) % cfg.num_workers
         for row in outgoing:
             with self._cv:
-                self._wait(lambda: len(self._unacked) < cfg.window, "acks from", nxt)
+                self._wait(lambda: len(self._unacked) < self.cwnd.allowed, "acks from", nxt)
                 seq = self._send_next
                 self._send_next += 1
                 payload = pack(IncHeader(opcode=OP_RING, job_id=cfg.job_id, worker_id=cfg.rank, count=INC_K,
                                          slot=0, pool_version=0, seq=seq), row.view(np.int32))
-                self._unacked[seq] = _Unacked(payload, time.monotonic() + cfg.timeout)
+                now = time.monotonic()
+                self._unacked[seq] = _Unacked(payload, now, now + self.rto.rto)
                 self.stats.chunks += 1
             self.transport.send_to(nxt, payload)
 
@@ -194,9 +209,12 @@ class RingWorker:
             if now >= self._ack_due:
                 self._ack(prev)
             with self._cv:
-                for seq, u in list(self._unacked.items()):
-                    if u.deadline > now:
-                        continue
+                expired = [(seq, u) for seq, u in self._unacked.items() if u.deadline <= now]
+                if expired:
+                    # One expiry backs the timer off and cuts the window, however many chunks it covers.
+                    self.rto.backoff(max(u.deadline - u.sent for _, u in expired))
+                    self.cwnd.on_timeout(self._send_next - 1)
+                for seq, u in expired:
                     if u.tries > cfg.max_retries:
                         # The receiver has it (and finished), or its own wait reports the loss.
                         log.debug("ring rank %d: giving up on the ack of seq %d", cfg.rank, seq)
@@ -208,7 +226,7 @@ class RingWorker:
     def _resend(self, u: _Unacked, nxt: int, now: float) -> None:
         """Send an unacknowledged chunk again (the condition is held)."""
         u.tries += 1
-        u.deadline = now + self.config.timeout
+        u.sent, u.deadline = now, now + self.rto.rto
         self.stats.retransmissions += 1
         self.transport.send_to(nxt, u.payload)
 
@@ -258,16 +276,22 @@ class RingWorker:
         self.transport.send_to(prev, pack(ack, words))
 
     def _acked(self, cumulative: int, words: np.ndarray, nxt: int) -> None:
-        """Release what an ack covers; a hole with DUP_THRESHOLD chunks acked above it is resent now."""
+        """Release what an ack covers, timing the round trip of the newest chunk sent once
+        (Karn's rule); a hole with DUP_THRESHOLD chunks acked above it is resent now."""
         bits = np.unpackbits(words.astype("<u4").view(np.uint8), bitorder="little")
         sacked = {cumulative + 1 + int(i) for i in np.flatnonzero(bits)}
+        now = time.monotonic()
         with self._cv:
-            released = [s for s in self._unacked if s < cumulative or s in sacked]
+            released = sorted(s for s in self._unacked if s < cumulative or s in sacked)
+            sent_once = [self._unacked[s].sent for s in released if self._unacked[s].tries == 1]
+            if sent_once:
+                self.rto.sample(now - sent_once[-1])
             for s in released:
                 del self._unacked[s]
+                self.cwnd.on_ack(s)
             if released:
                 self._cv.notify_all()
-            now = time.monotonic()
             for seq, u in self._unacked.items():
                 if u.tries == 1 and sum(1 for s in sacked if s > seq) >= DUP_THRESHOLD:
+                    self.cwnd.on_loss(self._send_next - 1)
                     self._resend(u, nxt, now)

@@ -124,6 +124,50 @@ def test_message_of_fewer_chunks_than_ranks_sends_each_chunk_once_per_step(n: in
     assert sum(s.retransmissions for s in last) == 0
 
 
+class DropFirst:
+    """A PeerTransport that loses its first `count` sends."""
+
+    def __init__(self, inner: UdpPeerTransport, count: int) -> None:
+        self.inner, self.count = inner, count
+
+    def send_to(self, peer: int, payload: bytes) -> None:
+        if self.count > 0:
+            self.count -= 1
+            return
+        self.inner.send_to(peer, payload)
+
+    def recv(self, timeout: float) -> bytes | None:
+        return self.inner.recv(timeout)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def test_ring_times_its_round_trips_and_backs_off_after_a_timeout() -> None:
+    """Rank 0's first chunk is lost with nothing after it to reveal the hole: only its timer
+    can resend it, and the expiry cuts the window; later acks bring round-trip samples, and
+    the measured timeout stays at least twice the ack delay."""
+    sockets = [UdpPeerTransport([], bind=("127.0.0.1", 0)) for _ in range(2)]
+    for sock in sockets:
+        sock.peers = [s.address for s in sockets]
+    config = [RingConfig(job_id=1, rank=r, num_workers=2, window=16, timeout=0.05) for r in range(2)]
+    workers = [RingWorker(config[0], DropFirst(sockets[0], 1)), RingWorker(config[1], sockets[1])]
+    rng = np.random.default_rng(2)
+    calls = [[rng.integers(-1000, 1000, length, dtype=np.int32) for _ in range(2)] for length in (INC_K, 64 * INC_K)]
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            outs = list(pool.map(lambda r: [workers[r].allreduce(c[r]) for c in calls], range(2)))
+        rto = workers[0].rto
+    finally:
+        with ThreadPoolExecutor(2) as pool:
+            list(pool.map(lambda w: w.close(), workers))
+    for r in range(2):
+        for c, call in enumerate(calls):
+            np.testing.assert_array_equal(outs[r][c], np.sum(call, axis=0, dtype=np.int32))
+    assert workers[0].stats.retransmissions >= 1 and workers[0].cwnd.losses >= 1
+    assert rto.samples > 0 and rto.rto >= 2 * config[0].ack_delay_s
+
+
 def test_ring_config_refuses_an_ack_delay_the_sender_would_time_out_on() -> None:
     with pytest.raises(ValueError, match="below the timeout"):
         RingConfig(job_id=1, rank=0, num_workers=2, timeout=0.01, ack_delay=0.01)
