@@ -130,3 +130,12 @@ class ProgramInfo:
     meters: dict[str, MeterInfo] = field(default_factory=dict)            # indirect and direct
     controller_headers: dict[str, ControllerHeader] = field(default_factory=dict)
     digests: dict[str, DigestInfo] = field(default_factory=dict)
+    # A control calls an extern function (mark_to_drop, hash, ...): p4c then writes type_info.
+    control_calls_extern_function: bool = False
+
+    def control_plane_params(self, action: str) -> tuple[Param, ...]:
+        """An action's parameters as P4Info lists them: p4c binds the arguments of an action
+        that only control code calls at compile time, so such an action has none."""
+        if any(ref.name == action for t in self.tables.values() for ref in t.actions):
+            return self.actions[action].params
+        return ()

@@ -151,6 +151,13 @@ def expr_text(e: Any) -> str:
     return type(e).__name__
 
 
+def key_name(e: ast.Expr) -> str:
+    """A table key as p4c names it in P4Info: `h.isValid()` is `h.$valid$`."""
+    if isinstance(e, ast.Call) and isinstance(e.func, ast.Member) and e.func.name == "isValid" and not e.args:
+        return f"{expr_text(e.func.expr)}.$valid$"
+    return expr_text(e)
+
+
 def _annos(annos: list[ast.Annotation]) -> tuple[str, ...]:
     return tuple(annotation_text(a) for a in annos if a.name not in ("name",))
 
@@ -175,6 +182,7 @@ class Checker:
         self._in_action = False
         self._ret_type: Type = VOID                 # of the function being checked
         self._uid = 0
+        self._action_uses: list[tuple[str, str]] = []   # (block, action) as tables and apply name them
         for name in ("exact", "ternary", "lpm"):
             self.top.define(Sym("match_kind", name, MatchKindType()), ast.NOWHERE)
 
@@ -191,6 +199,7 @@ class Checker:
                           self.program.source_file, 1, 1)
         pipeline = self.pipeline(self.main)
         self.drop_unused_blocks(set(pipeline.values()) | self.sub_blocks)
+        self.order_like_p4c(pipeline)
         parser = self.blocks[pipeline["parser"]].decl
         if len(parser.params) != 4:
             raise error_at(parser, "the V1Switch parser takes (packet_in, out H, inout M, inout standard_metadata_t)")
@@ -226,6 +235,36 @@ class Checker:
                           self.info.counters, self.info.meters):
                 for key in [k for k in table if k.startswith(name + ".")]:
                     del table[key]
+
+    def order_like_p4c(self, pipeline: dict[str, str]) -> None:
+        """Order what P4Info lists as p4c does: control by control in V1Switch order, each
+        control's in declaration order. A control's actions come after the top-level actions it
+        uses (p4c copies those into it), and a top-level action is listed once."""
+        top = {s.qname for s in self.top_actions}
+        rank: dict[str, int] = {}
+        actions: dict[str, ir.ActionInfo] = {}
+        for i, role in enumerate(V1SWITCH_BLOCKS[1:]):
+            block = self.blocks[pipeline[role]].decl.name
+            for owner, qname in self._action_uses:
+                if qname in top and (owner == block or owner.startswith(block + ".")):
+                    actions.setdefault(qname, self.info.actions[qname])
+            for qname in self.declared_names(self.blocks[block]):
+                rank.setdefault(qname, i)
+                if qname in self.info.actions:
+                    actions.setdefault(qname, self.info.actions[qname])
+        self.info.actions = {**actions, **self.info.actions}
+        for kind in ("tables", "registers", "counters", "meters"):
+            entries = getattr(self.info, kind)
+            setattr(self.info, kind, dict(sorted(entries.items(), key=lambda kv: rank.get(kv[0], -1))))
+
+    def declared_names(self, block: BlockInfo) -> list[str]:
+        """Qualified names of a control's locals in order, a sub-control's in place of its instance."""
+        names = []
+        for d in block.decl.locals:
+            qname = self.qualified(block.decl.name, d.name, getattr(d, "annotations", []))
+            sub = self.blocks.get(qname) if isinstance(d, ast.Instantiation) else None
+            names.extend(self.declared_names(sub) if sub is not None else [qname])
+        return names
 
     def pipeline(self, main: ast.Instantiation) -> dict[str, str]:
         if not (isinstance(main.type_ref, ast.NamedTypeRef) and main.type_ref.name == "V1Switch"):
@@ -552,7 +591,7 @@ class Checker:
             if k.match_kind not in ir.MATCH_KINDS:
                 raise error_at(k, f"match kind `{k.match_kind}` is not supported by p4sim")
             kname = annotation_value(k.annotations, "name")
-            fields.append(ir.MatchField(kname if isinstance(kname, str) else expr_text(k.expr), width,
+            fields.append(ir.MatchField(kname if isinstance(kname, str) else key_name(k.expr), width,
                                         k.match_kind, _annos(k.annotations)))
         refs = []
         allowed: dict[str, Sym] = {}
@@ -628,7 +667,10 @@ class Checker:
         return scope.define(sym, d.pos)
 
     def _note_action(self, sym: Sym) -> None:
+        """An action the control plane can see: in a table, or called from a control's apply."""
         self.info.actions[sym.qname] = sym.value
+        if self._block is not None:
+            self._action_uses.append((self._block.decl.name, sym.qname))
 
     def action_call(self, e: ast.Expr, allowed: dict[str, Sym], scope: Scope, table: str) -> tuple[str, tuple]:
         if isinstance(e, ast.NameRef):
@@ -1095,6 +1137,8 @@ class Checker:
             raise error_at(e, "actions cannot be called in a parser")
         e.target = Target("action", sym.name, sym)
         self.call_args(e, sym.node.params, scope)
+        if not self._in_action:
+            self._note_action(sym)      # p4c lists actions called directly from control code
         return VOID
 
     def call_args(self, e: ast.Call, params: list[ast.Param], scope: Scope) -> None:
@@ -1135,6 +1179,8 @@ class Checker:
             raise error_at(e, f"cannot tell the result type of `{expr_text(e.func)}`; give it as a type argument")
         if target.kind == "extern_func" and target.name == "digest":
             self.note_digest(e)
+        if target.kind == "extern_func" and not self._in_parser:
+            self.info.control_calls_extern_function = True
         return ret
 
     def note_digest(self, e: ast.Call) -> None:

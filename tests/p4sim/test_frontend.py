@@ -128,7 +128,7 @@ def test_program_info_uses_p4c_names_and_evaluates_entries(tmp_path):
     info = compile_text(tmp_path, ingress("        routes.apply();", TABLES)).info
     t = info.tables["I.routes"]
     assert t.match_fields == (MatchField("dst_mac", 48, "exact"), MatchField("hdr.eth.type", 16, "ternary"),
-                              MatchField("hdr.eth.isValid()", 1, "exact"))
+                              MatchField("hdr.eth.$valid$", 1, "exact"))
     assert t.actions == (ActionRef("I.fwd"), ActionRef("I.renamed", "DEFAULT_ONLY"), ActionRef("NoAction"))
     assert (t.default_action, t.const_default_action, t.size) == ("I.renamed", True, 64)
     assert t.const_entries == (ConstEntry((("exact", 1), ("ternary", 0x0800, 0xFF00), ("exact", 1)), "I.fwd", (2,)),
