@@ -15,8 +15,6 @@ from .ir import ActionRef, CounterInfo, MeterInfo, Param, ProgramInfo
 P4Info = p4info_pb2.P4Info
 Prefix = p4info_pb2.P4Ids
 
-TEXT_HEADER = "# proto-file: p4/config/v1/p4info.proto\n# proto-message: p4.config.v1.P4Info\n\n"
-
 # Represented elsewhere in the preamble (name, id, doc), so p4c does not repeat them.
 _NOT_COPIED = {"name", "id", "brief", "description"}
 
@@ -43,14 +41,8 @@ def build_p4info(info: ProgramInfo) -> P4Info:
             r = msg.action_refs.add(id=ids.get(Prefix.ACTION, ref.name),
                                     scope=p4info_pb2.ActionRef.Scope.Value(ref.scope))
             r.annotations.extend(_action_ref_annotations(ref))
-        default_id = ids.get(Prefix.ACTION, t.default_action)
         if t.const_default_action:
-            msg.const_default_action_id = default_id
-        msg.initial_default_action.action_id = default_id
-        params = info.actions[t.default_action].params
-        for number, (p, value) in enumerate(zip(params, t.default_args), start=1):
-            msg.initial_default_action.arguments.add(
-                param_id=number, value=value.to_bytes((p.bitwidth + 7) // 8, "big"))
+            msg.const_default_action_id = ids.get(Prefix.ACTION, t.default_action)
         if t.direct_counter:
             msg.direct_resource_ids.append(ids.get(Prefix.DIRECT_COUNTER, t.direct_counter))
         if t.direct_meter:
@@ -59,11 +51,10 @@ def build_p4info(info: ProgramInfo) -> P4Info:
         if t.support_timeout:
             msg.idle_timeout_behavior = p4info_pb2.Table.NOTIFY_CONTROL
         msg.is_const_table = t.entries_are_const
-        msg.has_initial_entries = bool(t.const_entries)
     for a in info.actions.values():
         msg = p4info.actions.add()
         _preamble(msg.preamble, ids.get(Prefix.ACTION, a.name), a.name, aliases, a.annotations)
-        _params(msg.params, a.params)
+        _params(msg.params, info.control_plane_params(a.name))
     for c in info.counters.values():
         _resource(c, p4info.counters, p4info.direct_counters, Prefix.COUNTER, Prefix.DIRECT_COUNTER,
                   p4info_pb2.CounterSpec.Unit, ids, aliases)
@@ -88,12 +79,18 @@ def build_p4info(info: ProgramInfo) -> P4Info:
         struct = p4info.type_info.structs[d.name]
         for f in d.fields:
             struct.members.add(name=f.name).type_spec.bitstring.bit.bitwidth = f.bitwidth
+    # p4c writes `type_info {}` once anything could have needed a type: a table, an action
+    # parameter, a register, a controller header, a digest or an extern function called by a control.
+    if (info.tables or info.registers or info.controller_headers or info.digests
+            or info.control_calls_extern_function
+            or any(info.control_plane_params(a) for a in info.actions)):
+        p4info.type_info.SetInParent()
     return p4info
 
 
 def to_text(p4info: P4Info) -> str:
-    """Protobuf text format with p4c's two header comments."""
-    return TEXT_HEADER + text_format.MessageToString(p4info)
+    """Protobuf text format, byte for byte what p4c 1.2.4.0 writes (no header comments)."""
+    return text_format.MessageToString(p4info)
 
 
 def jenkins_hash(name: str) -> int:

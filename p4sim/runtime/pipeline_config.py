@@ -95,7 +95,7 @@ class Pipeline:
                 raise RequestError(Code.INVALID_ARGUMENT,
                                    f"P4Info actions of table {t.preamble.name!r} differ from the program's")
         for a in p4info.actions:
-            params = info.actions[a.preamble.name].params
+            params = info.control_plane_params(a.preamble.name)
             if [p.bitwidth for p in a.params] != [p.bitwidth for p in params]:
                 raise RequestError(Code.INVALID_ARGUMENT,
                                    f"P4Info params of action {a.preamble.name!r} differ from the program's")

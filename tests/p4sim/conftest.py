@@ -12,6 +12,17 @@ if TYPE_CHECKING:
     from p4sim import Program, Switch
 
 PROGRAMS_DIR = Path(__file__).resolve().parent.parent / "p4programs"
+REPO_ROOT = PROGRAMS_DIR.parent.parent
+
+
+def reference_dir(name: str) -> Path | None:
+    """`shared/reference/<name>` beside the repository (as CI lays it out), looked up from the
+    nearest ancestor that has it: a git worktree sits a level deeper than the main checkout."""
+    for base in REPO_ROOT.parents:
+        candidate = base / "shared" / "reference" / name
+        if candidate.is_dir():
+            return candidate
+    return None
 
 
 @pytest.fixture(scope="session")

@@ -144,7 +144,8 @@ def test_table_fields(p4info):
     assert noaction.id == 21257015 and noaction.scope == p4info_pb2.ActionRef.TABLE_AND_DEFAULT
     assert t.const_default_action_id == 21257015
     assert t.size == 64
-    assert t.is_const_table and t.has_initial_entries
+    # p4c 1.2.4.0 writes is_const_table but neither has_initial_entries nor initial_default_action.
+    assert t.is_const_table and not t.has_initial_entries
     assert list(t.direct_resource_ids) == [by_name(p4info.direct_meters)["MyIngress.acl_meter"].preamble.id]
     assert t.idle_timeout_behavior == p4info_pb2.Table.NO_TIMEOUT
 
@@ -153,19 +154,37 @@ def test_lpm_table_with_timeout_and_direct_counter(p4info):
     t = by_name(p4info.tables)["MyIngress.ipv4_lpm"]
     assert t.idle_timeout_behavior == p4info_pb2.Table.NOTIFY_CONTROL
     assert t.const_default_action_id == 0 and not t.is_const_table
-    assert t.initial_default_action.action_id == 25652968 and not t.initial_default_action.arguments
+    assert not t.HasField("initial_default_action")
     assert list(t.direct_resource_ids) == [by_name(p4info.direct_counters)["MyIngress.lpm_hits"].preamble.id]
     assert list(t.action_refs[2].annotations) == ["@defaultonly"]
 
 
-def test_initial_default_action_carries_its_arguments():
+def test_action_only_control_code_calls_is_listed_without_params():
+    # p4c binds the arguments of a directly called action at compile time (firewall.p4's
+    # compute_hashes), so P4Info lists it with no params; in a table it keeps them.
     info = ir.ProgramInfo("x.p4")
-    info.actions = {"c.fwd": ir.ActionInfo("c.fwd", (ir.Param("port", 9),))}
+    info.actions = {n: ir.ActionInfo(n, (ir.Param("port", 9),)) for n in ("c.direct", "c.fwd")}
     info.tables = {"c.t": ir.TableInfo("c.t", (ir.MatchField("k", 8, "exact"),), (ir.ActionRef("c.fwd"),),
                                        default_action="c.fwd", default_args=(3,))}
-    (t,) = build_p4info(info).tables
-    assert t.initial_default_action.action_id == hashed(p4info_pb2.P4Ids.ACTION, "c.fwd")
-    assert [(a.param_id, a.value) for a in t.initial_default_action.arguments] == [(1, b"\x00\x03")]
+    actions = by_name(build_p4info(info).actions)
+    assert list(actions["c.direct"].params) == []
+    assert [(p.id, p.name, p.bitwidth) for p in actions["c.fwd"].params] == [(1, "port", 9)]
+
+
+@pytest.mark.parametrize(("change", "written"), [
+    (lambda info: None, False),
+    (lambda info: info.actions.update({"c.a": ir.ActionInfo("c.a")}), False),
+    (lambda info: setattr(info, "control_calls_extern_function", True), True),
+    (lambda info: info.registers.update({"c.r": ir.RegisterInfo("c.r", 8, 4)}), True),
+    (lambda info: info.tables.update({"c.t": ir.TableInfo("c.t", (), (ir.ActionRef("NoAction"),))}), True),
+])
+def test_type_info_is_written_as_p4c_writes_it(change, written):
+    # p4c 1.2.4.0 writes an empty `type_info {}` once a table, a register, an action param, a
+    # controller header, a digest or a control's extern function call touched it, else nothing.
+    info = ir.ProgramInfo("x.p4")
+    info.actions = {"NoAction": ir.ActionInfo("NoAction")}
+    change(info)
+    assert build_p4info(info).HasField("type_info") is written
 
 
 def test_action_params_numbered_from_one_with_widths(p4info):
@@ -201,7 +220,7 @@ def test_controller_headers_and_digests(p4info):
 
 def test_text_format_round_trips(p4info):
     text = to_text(p4info)
-    assert text.startswith("# proto-file: p4/config/v1/p4info.proto")
+    assert text.startswith("pkg_info {")
     assert text_format.Parse(text, p4info_pb2.P4Info()) == p4info
 
 
