@@ -1,4 +1,6 @@
-/* p4sim's declarations of the P4_16 core library (API-compatible with p4c's core.p4). */
+/* p4sim's declarations of the P4_16 core library: the same API as p4c 1.2.4's core.p4,
+ * written for p4sim, so that any program p4c accepts finds the names it expects and
+ * none that it might declare itself. */
 #ifndef _CORE_P4_
 #define _CORE_P4_
 
@@ -34,5 +36,8 @@ match_kind {
     ternary,
     lpm
 }
+
+extern bool static_assert(bool check, string message);
+extern bool static_assert(bool check);
 
 #endif

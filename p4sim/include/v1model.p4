@@ -1,5 +1,8 @@
-/* p4sim's declarations of the v1model architecture, API-compatible with p4c's
- * v1model.p4 as BMv2's simple_switch implements it. Written for p4sim. */
+/* p4sim's declarations of the v1model architecture: the same API as p4c 1.2.4's
+ * v1model.p4 (BMv2's simple_switch), written for p4sim. Like p4c's, the index type
+ * parameters of counter, meter and register, and the PortId_t typedef, exist only when
+ * the program defines V1MODEL_VERSION >= 20200408 before including this file: a program
+ * that declares its own PortId_t under the default version must not clash with ours. */
 #ifndef _V1_MODEL_P4_
 #define _V1_MODEL_P4_
 
@@ -15,33 +18,45 @@ match_kind {
     selector
 }
 
-typedef bit<9>  PortId_t;
-typedef bit<16> MulticastGroup_t;
-typedef bit<16> CloneSessionId_t;
-typedef bit<3>  ClassOfService_t;
-typedef bit<32> PacketLength_t;
-typedef bit<16> EgressInstance_t;
-typedef bit<48> Timestamp_t;
+const bit<32> __v1model_version = V1MODEL_VERSION;
+
+#if V1MODEL_VERSION >= 20200408
+typedef bit<9> PortId_t;
+#define _P4SIM_PORT_T PortId_t
+#else
+#define _P4SIM_PORT_T bit<9>
+#endif
 
 @metadata @name("standard_metadata")
 struct standard_metadata_t {
-    PortId_t ingress_port;
-    PortId_t egress_spec;
-    PortId_t egress_port;
-    bit<32>  instance_type;
-    bit<32>  packet_length;
-    bit<32>  enq_timestamp;
-    bit<19>  enq_qdepth;
-    bit<32>  deq_timedelta;
-    bit<19>  deq_qdepth;
-    bit<48>  ingress_global_timestamp;
-    bit<48>  egress_global_timestamp;
-    bit<16>  mcast_grp;
-    bit<16>  egress_rid;
-    bit<1>   checksum_error;
-    error    parser_error;
-    bit<3>   priority;
+    _P4SIM_PORT_T ingress_port;
+    _P4SIM_PORT_T egress_spec;
+    _P4SIM_PORT_T egress_port;
+    bit<32> instance_type;
+    bit<32> packet_length;
+    @alias("queueing_metadata.enq_timestamp")
+    bit<32> enq_timestamp;
+    @alias("queueing_metadata.enq_qdepth")
+    bit<19> enq_qdepth;
+    @alias("queueing_metadata.deq_timedelta")
+    bit<32> deq_timedelta;
+    @alias("queueing_metadata.deq_qdepth")
+    bit<19> deq_qdepth;
+    @alias("intrinsic_metadata.ingress_global_timestamp")
+    bit<48> ingress_global_timestamp;
+    @alias("intrinsic_metadata.egress_global_timestamp")
+    bit<48> egress_global_timestamp;
+    @alias("intrinsic_metadata.mcast_grp")
+    bit<16> mcast_grp;
+    @alias("intrinsic_metadata.egress_rid")
+    bit<16> egress_rid;
+    bit<1> checksum_error;
+    error parser_error;
+    @alias("intrinsic_metadata.priority")
+    bit<3> priority;
 }
+
+#undef _P4SIM_PORT_T
 
 enum CounterType {
     packets,
@@ -54,9 +69,17 @@ enum MeterType {
     bytes
 }
 
-extern counter<I> {
+#if V1MODEL_VERSION >= 20200408
+#define _P4SIM_INDEX_PARAMS <I>
+#define _P4SIM_INDEX_T I
+#else
+#define _P4SIM_INDEX_PARAMS
+#define _P4SIM_INDEX_T bit<32>
+#endif
+
+extern counter _P4SIM_INDEX_PARAMS {
     counter(bit<32> size, CounterType type);
-    void count(in I index);
+    void count(in _P4SIM_INDEX_T index);
 }
 
 extern direct_counter {
@@ -64,9 +87,13 @@ extern direct_counter {
     void count();
 }
 
-extern meter<I> {
+#define V1MODEL_METER_COLOR_GREEN  0
+#define V1MODEL_METER_COLOR_YELLOW 1
+#define V1MODEL_METER_COLOR_RED    2
+
+extern meter _P4SIM_INDEX_PARAMS {
     meter(bit<32> size, MeterType type);
-    void execute_meter<T>(in I index, out T result);
+    void execute_meter<T>(in _P4SIM_INDEX_T index, out T result);
 }
 
 extern direct_meter<T> {
@@ -74,12 +101,19 @@ extern direct_meter<T> {
     void read(out T result);
 }
 
+#if V1MODEL_VERSION >= 20200408
 extern register<T, I> {
+#else
+extern register<T> {
+#endif
     register(bit<32> size);
     @noSideEffects
-    void read(out T result, in I index);
-    void write(in I index, in T value);
+    void read(out T result, in _P4SIM_INDEX_T index);
+    void write(in _P4SIM_INDEX_T index, in T value);
 }
+
+#undef _P4SIM_INDEX_PARAMS
+#undef _P4SIM_INDEX_T
 
 extern action_profile {
     action_profile(bit<32> size);
@@ -99,6 +133,9 @@ enum HashAlgorithm {
     csum16,
     xor16
 }
+
+@deprecated("Please use mark_to_drop(standard_metadata) instead.")
+extern void mark_to_drop();
 
 @pure
 extern void mark_to_drop(inout standard_metadata_t standard_metadata);
@@ -122,9 +159,12 @@ extern Checksum16 {
 }
 
 extern void verify_checksum<T, O>(in bool condition, in T data, in O checksum, HashAlgorithm algo);
+
 @pure
 extern void update_checksum<T, O>(in bool condition, in T data, inout O checksum, HashAlgorithm algo);
+
 extern void verify_checksum_with_payload<T, O>(in bool condition, in T data, in O checksum, HashAlgorithm algo);
+
 @noSideEffects
 extern void update_checksum_with_payload<T, O>(in bool condition, in T data, inout O checksum, HashAlgorithm algo);
 
@@ -132,19 +172,23 @@ extern void clone(in CloneType type, in bit<32> session);
 
 @deprecated("Please use 'resubmit_preserving_field_list' instead")
 extern void resubmit<T>(in T data);
+
 extern void resubmit_preserving_field_list(bit<8> index);
 
 @deprecated("Please use 'recirculate_preserving_field_list' instead")
 extern void recirculate<T>(in T data);
+
 extern void recirculate_preserving_field_list(bit<8> index);
 
 @deprecated("Please use 'clone_preserving_field_list' instead")
 extern void clone3<T>(in CloneType type, in bit<32> session, in T data);
+
 extern void clone_preserving_field_list(in CloneType type, in bit<32> session, bit<8> index);
 
 extern void truncate(in bit<32> length);
 
 extern void assert(in bool check);
+
 extern void assume(in bool check);
 
 extern void log_msg(string msg);
