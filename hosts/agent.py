@@ -101,7 +101,7 @@ class CallStats:
     redone_chunks: int = 0        # float32 chunks sent again at the agreed exponent
     send_waits: int = 0           # sends the kernel refused for a while (EAGAIN/ENOBUFS), then took
     send_drops: int = 0           # sends the kernel never took (counted as lost packets)
-    rtt_samples: int = 0
+    rtt_samples: int = 0          # round trips measured in this call (answers to packets sent once)
     srtt_s: float | None = None
     final_rto_s: float = 0.0
     final_window: float = 0.0
@@ -231,12 +231,11 @@ class Worker:
         if header.opcode != OP_RESULT or header.job_id != self.config.job_id:
             log.debug("ignoring %s", header)
             return None
-        item = in_flight.pop(header.seq, None)
-        if item is None or header.slot != item.seq % self.config.window:
-            if item is not None:        # not the slot this worker sent it to: not its answer
-                in_flight[header.seq] = item
+        item = in_flight.get(header.seq)
+        if item is None or header.slot != item.seq % self.config.window:    # answered already, or not ours
             call.stats.duplicate_results += 1
             return None
+        del in_flight[header.seq]
         now = time.monotonic()
         if item.sends == 1:             # Karn: a retransmitted chunk's answer may be to either copy
             self.rto.sample(now - item.first_sent)
@@ -308,7 +307,7 @@ class Worker:
         if counters is not None:
             stats.send_waits = counters.waits - call.send_waits_before
             stats.send_drops = counters.dropped - call.send_drops_before
-        stats.rtt_samples = self.rto.samples
+        stats.rtt_samples = self.rto.samples - call.samples_before
         stats.srtt_s = self.rto.srtt
         stats.final_rto_s = self.rto.rto
         stats.final_window = self.cwnd.cwnd
@@ -330,6 +329,7 @@ class _Call:
         counters = getattr(worker.transport, "counters", None)
         self.send_waits_before = counters.waits if counters is not None else 0
         self.send_drops_before = counters.dropped if counters is not None else 0
+        self.samples_before = worker.rto.samples
         self.sums = np.empty((self.m, INC_K), np.int32)
         self.flags = np.zeros(self.m, np.int64)
         self.answered = 0                        # items 0 .. answered - 1 have their results, in order
