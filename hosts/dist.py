@@ -101,8 +101,9 @@ class Options:
     inc_port: int | None = None                   # P4INC_PORT; default INC_PORT + LOCAL_RANK
     interface: str | None = None                  # P4INC_INTERFACE: bind the sockets to it (root)
     window: int = 16                              # P4INC_WINDOW: slots / unacknowledged chunks in flight
-    timeout: float = 0.02                         # P4INC_TIMEOUT_MS: before a chunk is sent again
-    max_retries: int = 200
+    timeout: float = 0.02                         # P4INC_TIMEOUT_MS: the ring's retransmission timeout
+    max_retries: int = 200                        # the ring's (INC measures its own timeout)
+    give_up_after: float = 30.0                   # INC: seconds without a result before IncTimeoutError
     probe_timeout: float = 1.0                    # P4INC_PROBE_TIMEOUT: "auto" waits this long for the switch
 
     @classmethod
@@ -410,10 +411,11 @@ def _probe_inc(env: LaunchEnv, options: Options, quick: bool) -> Worker | None:
     when it did not answer within the probe timeout."""
     port = INC_PORT + env.local_rank if options.inc_port is None else options.inc_port
     transport = UdpTransport(options.aggregator, ("0.0.0.0", port), options.interface)
-    probe_retries = max(1, round(options.probe_timeout / options.timeout)) if quick else options.max_retries
+    config = JobConfig(options.job_id, env.rank, env.world_size, window=options.window,
+                       give_up_after=options.give_up_after)
     try:
-        probe = Worker(JobConfig(options.job_id, env.rank, env.world_size, window=options.window,
-                                 timeout=options.timeout, max_retries=probe_retries), transport)
+        probe = Worker(dataclasses.replace(config, timeout=min(config.timeout, options.probe_timeout / 4),
+                                           give_up_after=options.probe_timeout) if quick else config, transport)
         probe.allreduce(np.zeros(1, np.int32))
     except IncTimeoutError:
         transport.close()
@@ -424,9 +426,7 @@ def _probe_inc(env: LaunchEnv, options: Options, quick: bool) -> Worker | None:
     except (IncError, ValueError):
         transport.close()
         raise
-    return Worker(JobConfig(options.job_id, env.rank, env.world_size, window=options.window,
-                            timeout=options.timeout, max_retries=options.max_retries),
-                  transport, next_seq=probe.next_seq)
+    return Worker(config, transport, next_seq=probe.next_seq) if quick else probe
 
 
 def _read_line(conn: socket.socket, timeout: float) -> Any:

@@ -194,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
                    "backend goes first (default 1)")
     p.add_argument("--target", choices=("p4sim", "bmv2"), default=os.environ.get("TARGET", "p4sim"))
     p.add_argument("--retransmit-ms", type=float, default=50.0,
-                   help="INC and ring: milliseconds before a packet is sent again (default 50, as make bench)")
+                   help="the ring: milliseconds before a packet is sent again (default 50, as make bench; INC adapts its own)")
     p.add_argument("--run-timeout", type=float, default=300.0, help="give up on a run that reports no token "
                    "for this many seconds (default 300)")
     p.add_argument("-o", "--out", type=Path, default=REPO_ROOT / "results" / "tp.json",

@@ -99,7 +99,7 @@ def test_auto_falls_back_to_the_ring_when_no_switch_answers(caplog):
 def test_backend_inc_without_a_switch_is_an_error():
     nobody = ("127.0.0.1", free_port(socket.SOCK_DGRAM))
     with pytest.raises(DistError, match="did not answer"):
-        on_every_rank(2, Options(aggregator=nobody, timeout=0.01, max_retries=5), lambda g: None, backend="inc")
+        on_every_rank(2, Options(aggregator=nobody, give_up_after=0.3), lambda g: None, backend="inc")
 
 
 def test_rank_and_world_size_come_from_torchrun_or_open_mpi_variables():
