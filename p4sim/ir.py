@@ -13,11 +13,20 @@ MATCH_KINDS = ("exact", "lpm", "ternary", "range", "optional")
 
 
 @dataclass(frozen=True)
+class SerializableEnum:
+    """`enum bit<W> E { A = 1, ... }`, as P4Info's type_info describes it."""
+    name: str
+    bitwidth: int
+    members: tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True)
 class Param:
     """An action parameter, a match key, or a controller-header field."""
     name: str
     bitwidth: int
     annotations: tuple[str, ...] = ()
+    enum: SerializableEnum | None = None     # the field's type, when it is a serializable enum
 
 
 @dataclass(frozen=True)
@@ -26,6 +35,7 @@ class MatchField:
     bitwidth: int
     match_kind: str      # one of MATCH_KINDS
     annotations: tuple[str, ...] = ()
+    enum: SerializableEnum | None = None
 
 
 @dataclass(frozen=True)

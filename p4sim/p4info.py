@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from google.protobuf import text_format
 from p4.config.v1 import p4info_pb2
 
-from .ir import ActionRef, CounterInfo, MeterInfo, Param, ProgramInfo
+from .ir import ActionRef, CounterInfo, MeterInfo, Param, ProgramInfo, SerializableEnum
 
 P4Info = p4info_pb2.P4Info
 Prefix = p4info_pb2.P4Ids
@@ -37,6 +37,7 @@ def build_p4info(info: ProgramInfo) -> P4Info:
             m = msg.match_fields.add(id=number, name=mf.name, bitwidth=mf.bitwidth,
                                      match_type=p4info_pb2.MatchField.MatchType.Value(mf.match_kind.upper()))
             m.annotations.extend(_copied_annotations(mf.annotations))
+            _add_enum(p4info, mf.enum)
         for ref in t.actions:
             r = msg.action_refs.add(id=ids.get(Prefix.ACTION, ref.name),
                                     scope=p4info_pb2.ActionRef.Scope.Value(ref.scope))
@@ -54,7 +55,7 @@ def build_p4info(info: ProgramInfo) -> P4Info:
     for a in info.actions.values():
         msg = p4info.actions.add()
         _preamble(msg.preamble, ids.get(Prefix.ACTION, a.name), a.name, aliases, a.annotations)
-        _params(msg.params, info.control_plane_params(a.name))
+        _params(msg.params, info.control_plane_params(a.name), p4info)
     for c in info.counters.values():
         _resource(c, p4info.counters, p4info.direct_counters, Prefix.COUNTER, Prefix.DIRECT_COUNTER,
                   p4info_pb2.CounterSpec.Unit, ids, aliases)
@@ -67,7 +68,7 @@ def build_p4info(info: ProgramInfo) -> P4Info:
         # the annotation.
         _preamble(msg.preamble, ids.get(Prefix.CONTROLLER_HEADER, h.type_name), h.name, aliases,
                   (f'@controller_header("{h.name}")',), alias=h.name)
-        _params(msg.metadata, h.fields)
+        _params(msg.metadata, h.fields, p4info)
     for r in info.registers.values():
         msg = p4info.registers.add(size=r.size)
         _preamble(msg.preamble, ids.get(Prefix.REGISTER, r.name), r.name, aliases, r.annotations)
@@ -244,7 +245,19 @@ def _action_ref_annotations(ref: ActionRef) -> list[str]:
     return out
 
 
-def _params(container, params: tuple[Param, ...]) -> None:
+def _params(container, params: tuple[Param, ...], p4info: P4Info) -> None:
     for number, p in enumerate(params, start=1):
         msg = container.add(id=number, name=p.name, bitwidth=p.bitwidth)
         msg.annotations.extend(_copied_annotations(p.annotations))
+        _add_enum(p4info, p.enum)
+
+
+def _add_enum(p4info: P4Info, enum: SerializableEnum | None) -> None:
+    """type_info.serializable_enums gets each enum a listed field has, as p4c writes it:
+    member values big-endian in the whole bytes of the underlying width."""
+    if enum is None or enum.name in p4info.type_info.serializable_enums:
+        return
+    spec = p4info.type_info.serializable_enums[enum.name]
+    spec.underlying_type.bitwidth = enum.bitwidth
+    for name, value in enum.members:
+        spec.members.add(name=name, value=value.to_bytes((enum.bitwidth + 7) // 8, "big"))

@@ -158,6 +158,13 @@ def key_name(e: ast.Expr) -> str:
     return expr_text(e)
 
 
+def serializable_enum(t: Type) -> ir.SerializableEnum | None:
+    """The P4Info description of `t` if it is a serializable enum, else None."""
+    if isinstance(t, EnumType) and t.underlying is not None:
+        return ir.SerializableEnum(t.name, t.underlying.width, tuple(t.members.items()))
+    return None
+
+
 def _annos(annos: list[ast.Annotation]) -> tuple[str, ...]:
     return tuple(annotation_text(a) for a in annos if a.name not in ("name",))
 
@@ -556,7 +563,7 @@ class Checker:
                     raise error_at(p, f"action parameter `{p.name}` from the control plane must be bit<W>, got {p.type}")
                 width = p.type.width if isinstance(p.type, BitType) else \
                     (1 if isinstance(p.type, BoolType) else p.type.underlying.width if p.type.underlying else 32)
-                params.append(ir.Param(p.name, width, _annos(p.annotations)))
+                params.append(ir.Param(p.name, width, _annos(p.annotations), serializable_enum(p.type)))
             elif seen_plain:
                 raise error_at(p, "directional action parameters must come before control-plane ones")
             p.decl_sym = inner.define(Sym("param", p.name, p.type, p, pyname=self.fresh("p_" + p.name),
@@ -592,7 +599,7 @@ class Checker:
                 raise error_at(k, f"match kind `{k.match_kind}` is not supported by p4sim")
             kname = annotation_value(k.annotations, "name")
             fields.append(ir.MatchField(kname if isinstance(kname, str) else key_name(k.expr), width,
-                                        k.match_kind, _annos(k.annotations)))
+                                        k.match_kind, _annos(k.annotations), serializable_enum(t)))
         refs = []
         allowed: dict[str, Sym] = {}
         for a in d.actions:

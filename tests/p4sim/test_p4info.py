@@ -229,3 +229,24 @@ def test_id_with_wrong_prefix_is_refused():
     info.actions = {"a": ir.ActionInfo("a", (), ("@id(0x02000001)",))}
     with pytest.raises(ValueError, match="wrong 8-bit prefix"):
         build_p4info(info)
+
+
+def test_serializable_enums_of_listed_fields_go_to_type_info():
+    # As p4c's TypeSpecConverter writes them: the underlying width, and each member's value in
+    # the whole bytes of that width. A param P4Info does not list (an action only control code
+    # calls) brings no enum.
+    opcode = ir.SerializableEnum("Opcode_t", 8, (("NO_OP", 0), ("SEND", 1)))
+    reason = ir.SerializableEnum("Reason_t", 12, (("UNKNOWN", 0x102),))
+    unused = ir.SerializableEnum("Unused_t", 8, (("X", 1),))
+    info = ir.ProgramInfo("x.p4")
+    info.actions = {"c.set": ir.ActionInfo("c.set", (ir.Param("op", 8, enum=opcode),)),
+                    "c.direct": ir.ActionInfo("c.direct", (ir.Param("u", 8, enum=unused),))}
+    info.tables = {"c.t": ir.TableInfo("c.t", (ir.MatchField("meta.op", 8, "exact", enum=opcode),),
+                                       (ir.ActionRef("c.set"),), default_action="c.set", default_args=(0,))}
+    info.controller_headers = {"packet_in": ir.ControllerHeader(
+        "packet_in", "packet_in_t", (ir.Param("reason", 12, enum=reason), ir.Param("_pad", 4)))}
+    enums = build_p4info(info).type_info.serializable_enums
+    assert sorted(enums) == ["Opcode_t", "Reason_t"]
+    assert enums["Opcode_t"].underlying_type.bitwidth == 8
+    assert [(m.name, m.value) for m in enums["Opcode_t"].members] == [("NO_OP", b"\x00"), ("SEND", b"\x01")]
+    assert [(m.name, m.value) for m in enums["Reason_t"].members] == [("UNKNOWN", b"\x01\x02")]
