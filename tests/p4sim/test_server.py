@@ -17,7 +17,7 @@ from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 from p4runtime_sh.p4runtime import P4RuntimeWriteException
 
 from p4sim import ir
-from p4sim.runtime import p4runtime as p4sim_server
+from p4sim.runtime import entities as p4sim_entities
 from p4sim.errors import P4Error
 from p4sim.p4info import build_p4info, to_text
 from p4sim.runtime.p4runtime import P4RuntimeService, serve
@@ -466,7 +466,7 @@ def test_register_write_one_index_and_read_all(client):
 
 
 def test_large_read_comes_in_several_responses(client, monkeypatch):
-    monkeypatch.setattr(p4sim_server, "READ_CHUNK", 3)
+    monkeypatch.setattr(p4sim_entities, "READ_CHUNK", 3)
     req = p4runtime_pb2.ReadRequest(device_id=0, entities=[
         p4runtime_pb2.Entity(register_entry={"register_id": IDS["c.sums"]})])
     responses = list(client.stub.Read(req))
