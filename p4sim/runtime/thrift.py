@@ -50,7 +50,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_THRIFT_PORT = 9090
 # BMv2 priorities: smaller wins, 0 and up. State keeps P4Runtime's (larger wins, above 0),
-# mapped as PI maps them for BMv2, so both runtimes see the same order.
+# mapped as PI maps them for BMv2 (p4lang/PI targets/bmv2/pi_tables_imp.cpp, PriorityInverter:
+# bmv2 = INT32_MAX - p4runtime), so both runtimes see one order and read back each other's.
 PRIORITY_MAX = 2**31 - 1
 NO_PRIORITY = -1                  # what BMv2 reports for entries of exact and lpm tables
 MICROS = 1_000_000                # BMv2 meter rates are per microsecond, state's per second

@@ -118,3 +118,15 @@ def test_python_m_p4sim_with_thrift_port_serves_simple_switch_cli():
         proc.terminate()
         proc.wait(timeout=30)
         proc.stderr.close()
+
+
+def test_a_thrift_port_in_use_is_one_line_error_not_a_traceback():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = subprocess.run([sys.executable, "-m", "p4sim", "--no-p4", "--grpc-server-addr",
+                               f"127.0.0.1:{free_port()}", "--thrift-port", str(port)],
+                              cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert f"p4sim: cannot listen on 127.0.0.1:{port} for Thrift" in proc.stderr
