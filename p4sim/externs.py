@@ -70,7 +70,9 @@ def xor16(data: bytes) -> int:
 
 
 def identity(data: bytes) -> int:
-    return int.from_bytes(data, "big")
+    """BMv2's identity "hash": the first 8 bytes of the data, big-endian
+    (behavioral-model src/bm_sim/calculations.cpp, struct identity)."""
+    return int.from_bytes(data[:8], "big")
 
 
 def hash_functions(rng: random.Random) -> dict[str, Callable[[bytes], int]]:

@@ -10,6 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 MATCH_KINDS = ("exact", "lpm", "ternary", "range", "optional")
+BMV2_PRIORITY_TOP = 1 << 24
+
+
+def priority_from_bmv2(priority: int) -> int:
+    """An entry priority as p4sim ranks them (P4Runtime's order: larger wins) from BMv2's
+    own numbers (simple_switch_CLI, `@priority(N)` on const entries: smaller wins)."""
+    return BMV2_PRIORITY_TOP - priority
 
 
 @dataclass(frozen=True)
@@ -64,7 +71,7 @@ class ConstEntry:
     match: tuple[tuple | None, ...]
     action: str
     args: tuple[int, ...]
-    priority: int = 0
+    priority: int = 0            # larger wins (see priority_from_bmv2); 0: by position
 
 
 @dataclass(frozen=True)
@@ -116,6 +123,15 @@ class MeterInfo:
 
 
 @dataclass(frozen=True)
+class ValueSetInfo:
+    """A parser value_set: members are matched like table keys, one per field of T."""
+    name: str
+    match_fields: tuple[MatchField, ...]
+    size: int
+    annotations: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class ControllerHeader:
     """A header annotated @controller_header("packet_in"|"packet_out")."""
     name: str                        # "packet_in" or "packet_out"
@@ -140,6 +156,7 @@ class ProgramInfo:
     meters: dict[str, MeterInfo] = field(default_factory=dict)            # indirect and direct
     controller_headers: dict[str, ControllerHeader] = field(default_factory=dict)
     digests: dict[str, DigestInfo] = field(default_factory=dict)
+    value_sets: dict[str, ValueSetInfo] = field(default_factory=dict)
     # A control calls an extern function (mark_to_drop, hash, ...): p4c then writes type_info.
     control_calls_extern_function: bool = False
 

@@ -12,7 +12,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .ir import ConstEntry, CounterInfo, MeterInfo, ProgramInfo, RegisterInfo, TableInfo
+from .ir import (ConstEntry, CounterInfo, MeterInfo, ProgramInfo, RegisterInfo, TableInfo,
+                 ValueSetInfo, priority_from_bmv2)
 
 Match = tuple | None
 """One key element: ("exact", v), ("lpm", v, plen), ("ternary", v, mask),
@@ -181,7 +182,7 @@ class TableState:
             self._scan: list[tuple[Callable, TableEntry]] = []
         self.reset_default()
         for number, const in enumerate(info.const_entries):
-            self._insert_const(const, len(info.const_entries) - number)
+            self._insert_const(const, number)
 
     # --- control plane -------------------------------------------------------
     def insert(self, entry: TableEntry) -> None:
@@ -283,8 +284,9 @@ class TableState:
                              f"table {self.info.name} takes no priority (no ternary, range or optional key)")
         return 0
 
-    def _insert_const(self, const: ConstEntry, order_priority: int) -> None:
-        priority = const.priority or order_priority if self.info.needs_priority else 0
+    def _insert_const(self, const: ConstEntry, number: int) -> None:
+        # Without a priority, the earlier entry wins (p4c numbers them 1, 2, ... for BMv2).
+        priority = const.priority or priority_from_bmv2(number + 1) if self.info.needs_priority else 0
         self._add(TableEntry(const.match, const.action, tuple(const.args), priority))
 
     def _add(self, entry: TableEntry) -> None:
@@ -371,6 +373,28 @@ class MeterArray:
         return self.meters[index]
 
 
+class ValueSetState:
+    """The members of a parser value_set; a select case matches if any member does."""
+
+    def __init__(self, info: ValueSetInfo) -> None:
+        self.info = info
+        self.members: list[tuple[Match, ...]] = []
+        self._checks: list[Callable[[tuple[int, ...]], bool]] = []
+
+    def set(self, members: list[tuple[Match, ...]]) -> None:
+        """Replace all members (P4Runtime writes a value set whole)."""
+        if len(members) > self.info.size:
+            raise StateError("RESOURCE_EXHAUSTED",
+                             f"value_set {self.info.name} holds {self.info.size} members, got {len(members)}")
+        as_table = TableInfo(self.info.name, self.info.match_fields, ())
+        canonical = [_canonical(m, as_table) for m in members]
+        self.members = canonical
+        self._checks = [_matcher(m, as_table) for m in canonical]
+
+    def matches(self, keys: tuple[int, ...]) -> bool:
+        return any(check(keys) for check in self._checks)
+
+
 @dataclass
 class CloneSession:
     replicas: list[tuple[int, int]]       # (egress port, rid)
@@ -389,6 +413,7 @@ class SwitchState:
                          if c.direct_table is None}
         self.meters = {name: MeterArray(m) for name, m in info.meters.items()
                        if m.direct_table is None}
+        self.value_sets = {name: ValueSetState(v) for name, v in info.value_sets.items()}
         self.multicast_groups: dict[int, list[tuple[int, int]]] = {}
         self.clone_sessions: dict[int, CloneSession] = {}
 

@@ -172,6 +172,13 @@ class ListExpr(Expr):
 
 
 @dataclass(eq=False)
+class StructExpr(Expr):
+    """A structure-valued expression `{x = 1, y = 2}`."""
+    names: list[str]
+    items: list[Expr]
+
+
+@dataclass(eq=False)
 class Mask(Expr):
     value: Expr
     mask: Expr
@@ -394,6 +401,17 @@ class ParserDecl(Node):
     locals: list[Node]
     states: list[ParserState]
     annotations: list[Annotation] = field(default_factory=list)
+    ctor_params: list[Param] = field(default_factory=list)     # `parser P(...)(bit<8> n)`
+    ctor_values: list[Any] | None = None                        # bound by the instantiation
+
+
+@dataclass(eq=False)
+class ValueSetDecl(Node):
+    """`value_set<T>(size) name;` in a parser: select cases the control plane fills."""
+    type_ref: TypeRef
+    size: Expr
+    name: str
+    annotations: list[Annotation] = field(default_factory=list)
 
 
 @dataclass(eq=False)
@@ -424,6 +442,7 @@ class EntryNode(Node):
     action: str
     args: list[Any]
     priority: Expr | None = None
+    annotations: list[Annotation] = field(default_factory=list)
 
 
 @dataclass(eq=False)
@@ -452,6 +471,8 @@ class ControlDecl(Node):
     locals: list[Node]
     body: Block
     annotations: list[Annotation] = field(default_factory=list)
+    ctor_params: list[Param] = field(default_factory=list)     # `control C(...)(bit<8> n)`
+    ctor_values: list[Any] | None = None                        # bound by the instantiation
 
 
 @dataclass(eq=False)

@@ -10,11 +10,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import ir
-from ..errors import P4Error
+from ..errors import P4Error, internal_error
 from . import ast
 from .types import (ActionRunType, AnyType, ApplyResultType, BitType, BlockType, BoolType,
                     EnumType, ErrorType, ExternType, IntType, MatchKindType, StackType,
-                    StringType, StructType, TableType, TupleType, Type, VoidType, is_header)
+                    StringType, StructType, TableType, TupleType, Type, VarbitType, VoidType,
+                    field_width, is_header)
 
 BOOL, INT, VOID, ERROR, STRING = BoolType(), IntType(), VoidType(), ErrorType(), StringType()
 U32 = BitType(32)
@@ -190,6 +191,7 @@ class Checker:
         self._ret_type: Type = VOID                 # of the function being checked
         self._uid = 0
         self._action_uses: list[tuple[str, str]] = []   # (block, action) as tables and apply name them
+        self.where: ast.Node | None = None          # what is being checked, for internal errors
         for name in ("exact", "ternary", "lpm"):
             self.top.define(Sym("match_kind", name, MatchKindType()), ast.NOWHERE)
 
@@ -280,8 +282,13 @@ class Checker:
             raise error_at(main, f"V1Switch takes 6 blocks, got {len(main.args)}")
         roles = {}
         for role, arg in zip(V1SWITCH_BLOCKS, main.args):
-            if not isinstance(arg, ast.Constructor) or arg.type_ref.name not in self.blocks:
+            if not isinstance(arg, ast.Constructor) or arg.type_ref.name not in self.pristine:
                 raise error_at(arg, f"V1Switch's {role} must be a parser or control instance like `MyParser()`")
+            decl = self.pristine[arg.type_ref.name]
+            if decl.ctor_params or arg.args:
+                if arg.type_ref.name in self.blocks:
+                    raise error_at(arg, f"{decl.name} is instantiated twice with constructor arguments")
+                self.instantiate_block(decl, decl.name, self.ctor_values(arg, decl, arg.args, self.top))
             want = "parser" if role == "parser" else "control"
             if self.blocks[arg.type_ref.name].kind != want:
                 raise error_at(arg, f"V1Switch's {role} must be a {want}")
@@ -290,6 +297,7 @@ class Checker:
 
     # ---- declarations ----------------------------------------------------
     def declaration(self, d: ast.Node) -> None:
+        self.where = d
         method = getattr(self, "decl_" + type(d).__name__, None)
         if method is None:
             raise error_at(d, f"unsupported declaration: {type(d).__name__}")
@@ -302,8 +310,11 @@ class Checker:
             ft = self.resolve_type(f.type_ref, self.top)
             if f.name in t.fields:
                 raise error_at(f, f"field `{f.name}` declared twice in {d.name}")
-            if d.kind == "header" and not isinstance(ft, BitType):
-                raise error_at(f, f"header field `{f.name}` must be bit<W> or int<W>, got {ft}")
+            if d.kind == "header" and not (field_width(ft) or isinstance(ft, VarbitType)):
+                raise error_at(f, f"header field `{f.name}` must be bit<W>, int<W>, varbit<W>, bool "
+                                  f"or a serializable enum, got {ft}")
+            if isinstance(ft, VarbitType) and t.varbit is not None:
+                raise error_at(f, f"header {d.name} has two varbit fields")
             if d.kind == "header_union" and not is_header(ft):
                 raise error_at(f, f"header_union member `{f.name}` must be a header")
             t.fields[f.name] = ft
@@ -314,7 +325,7 @@ class Checker:
         ch = annotation_value(d.annotations, "controller_header")
         if ch:
             self.info.controller_headers[ch] = ir.ControllerHeader(
-                ch, d.name, tuple(ir.Param(n, ft.width) for n, ft in t.fields.items()))
+                ch, d.name, tuple(ir.Param(n, field_width(ft)) for n, ft in t.fields.items()))
 
     def decl_TypedefDecl(self, d: ast.TypedefDecl) -> None:
         self.top.define(Sym("type", d.name, self.resolve_type(d.type_ref, self.top), d), d.pos)
@@ -405,11 +416,13 @@ class Checker:
         self.functions.append(sym)
 
     def decl_ParserDecl(self, d: ast.ParserDecl, sub: bool = False) -> None:
-        info = BlockInfo(d, "parser")
-        self.blocks[d.name] = info
         if not sub:
             self.pristine[d.name] = copy.deepcopy(d)
             self.top.define(Sym("type", d.name, BlockType(d), d), d.pos)
+            if d.ctor_params:
+                return                  # checked per instance, once its constructor arguments are known
+        info = BlockInfo(d, "parser")
+        self.blocks[d.name] = info
         scope = self.block_params(d, info)
         self._block, self._in_parser = info, True
         states = {"accept", "reject"}
@@ -437,11 +450,13 @@ class Checker:
         self._block, self._in_parser = None, False
 
     def decl_ControlDecl(self, d: ast.ControlDecl, sub: bool = False) -> None:
-        info = BlockInfo(d, "control")
-        self.blocks[d.name] = info
         if not sub:
             self.pristine[d.name] = copy.deepcopy(d)
             self.top.define(Sym("type", d.name, BlockType(d), d), d.pos)
+            if d.ctor_params:
+                return                  # checked per instance, once its constructor arguments are known
+        info = BlockInfo(d, "control")
+        self.blocks[d.name] = info
         scope = self.block_params(d, info)
         self._block = info
         for local in d.locals:
@@ -456,7 +471,37 @@ class Checker:
             p.type = self.resolve_type(p.type_ref, self.top)
             p.decl_sym = scope.define(Sym("param", p.name, p.type, p, pyname="b_" + _py_ident(p.name),
                                           direction=p.direction), p.pos)
+        for p, v in zip(d.ctor_params, d.ctor_values or []):
+            p.type = self.resolve_type(p.type_ref, self.top)
+            scope.define(Sym("const", p.name, p.type, p, value=v), p.pos)
         return scope
+
+    def ctor_values(self, d: ast.Node, decl: Any, args: list, scope: Scope) -> list:
+        """The compile-time values of a parser's or control's constructor arguments."""
+        if len(args) != len(decl.ctor_params):
+            raise error_at(d, f"{decl.name} takes {len(decl.ctor_params)} constructor arguments, got {len(args)}")
+        values = []
+        for a, p in zip(args, decl.ctor_params):
+            t = self.resolve_type(p.type_ref, self.top)
+            self.expr(a, scope, t)
+            self.assignable(t, a, a)
+            v = self.const_value(a)
+            if v is None:
+                raise error_at(a, "constructor arguments must be compile-time constants")
+            values.append(_wrap(int(v), t) if isinstance(t, BitType) else v)
+        return values
+
+    def instantiate_block(self, decl: Any, name: str, values: list) -> Any:
+        """Check a fresh copy of a parser or control under an instance name."""
+        clone = copy.deepcopy(self.pristine[decl.name])
+        clone.name, clone.ctor_values = name, values
+        saved = (self._block, self._in_parser, self._in_action, self._ret_type)
+        if isinstance(clone, ast.ParserDecl):
+            self.decl_ParserDecl(clone, sub=True)
+        else:
+            self.decl_ControlDecl(clone, sub=True)
+        self._block, self._in_parser, self._in_action, self._ret_type = saved
+        return clone
 
     def local_decl(self, d: ast.Node, scope: Scope, owner: str) -> None:
         info = self._block
@@ -472,6 +517,8 @@ class Checker:
             info.actions.append(self.action(d, scope, owner))
         elif isinstance(d, ast.TableDecl):
             info.tables.append(self.table(d, scope, owner))
+        elif isinstance(d, ast.ValueSetDecl):
+            self.value_set(d, scope, owner)
         else:
             raise error_at(d, f"unsupported declaration in {owner}: {type(d).__name__}")
 
@@ -489,7 +536,7 @@ class Checker:
         qname = self.qualified(owner, d.name, d.annotations)
         sym = Sym("instance", d.name, t, d, qname=qname, pyname=_py_ident("O_" + qname))
         if isinstance(t, BlockType):
-            return scope.define(self.sub_instance(d, t, sym), d.pos)
+            return scope.define(self.sub_instance(d, t, sym, scope), d.pos)
         if not isinstance(t, ExternType):
             raise error_at(d, f"cannot instantiate {t}")
         ctors = [m for m in t.decl.methods if m.ret is None]
@@ -507,28 +554,40 @@ class Checker:
         self.register_extern(sym, t, values, d)
         return scope.define(sym, d.pos)
 
-    def sub_instance(self, d: ast.Instantiation, t: BlockType, sym: Sym) -> Sym:
+    def sub_instance(self, d: ast.Instantiation, t: BlockType, sym: Sym, scope: Scope) -> Sym:
         """A parser or control instantiated inside another: checked again under its instance
         name, so its tables are `Outer.inst.table` as p4c names them."""
-        if d.args:
-            raise error_at(d, "constructor arguments of parsers and controls are not supported by p4sim")
+        values = self.ctor_values(d, t.decl, d.args, scope)
         if sym.qname in self.blocks:
             raise error_at(d, f"`{sym.qname}` is instantiated twice")
         want = "parser" if self._in_parser else "control"
         if (want == "parser") != isinstance(t.decl, ast.ParserDecl):
             raise error_at(d, f"a {want} can only instantiate {want}s")
-        clone = copy.deepcopy(self.pristine[t.decl.name])
-        clone.name = sym.qname
-        saved = (self._block, self._in_parser, self._in_action, self._ret_type)
-        if isinstance(clone, ast.ParserDecl):
-            self.decl_ParserDecl(clone, sub=True)
-        else:
-            self.decl_ControlDecl(clone, sub=True)
-        self._block, self._in_parser, self._in_action, self._ret_type = saved
+        clone = self.instantiate_block(t.decl, sym.qname, values)
         self.sub_blocks.add(sym.qname)
         sym.node = clone
         sym.pyname = ("P_" if isinstance(clone, ast.ParserDecl) else "C_") + _py_ident(sym.qname)
         return sym
+
+    def value_set(self, d: ast.ValueSetDecl, scope: Scope, owner: str) -> None:
+        t = self.resolve_type(d.type_ref, scope)
+        if isinstance(t, StructType) and t.kind == "struct":
+            fields = [(n, ft) for n, ft in t.fields.items()]
+        else:
+            fields = [(d.name, t)]
+        match = []
+        for n, ft in fields:
+            if not field_width(ft):
+                raise error_at(d, f"a value_set's type must be bit<W> or a struct of them, got {ft}")
+            kind = "exact"                    # `@match(ternary)` on a struct field changes it
+            for a in (t.field_annotations.get(n, ()) if isinstance(t, StructType) else ()):
+                if a.startswith("@match(") and a[7:-1].strip() in ir.MATCH_KINDS:
+                    kind = a[7:-1].strip()
+            match.append(ir.MatchField(n, field_width(ft), kind))
+        qname = self.qualified(owner, d.name, d.annotations)
+        self.info.value_sets[qname] = ir.ValueSetInfo(qname, tuple(match), self.const_int(d.size, scope),
+                                                      _annos(d.annotations))
+        scope.define(Sym("value_set", d.name, t, d, qname=qname, pyname=_py_ident("VS_" + qname)), d.pos)
 
     def register_extern(self, sym: Sym, t: ExternType, values: list, d: ast.Instantiation) -> None:
         kind = t.decl.name
@@ -602,12 +661,14 @@ class Checker:
                                         k.match_kind, _annos(k.annotations), serializable_enum(t)))
         refs = []
         allowed: dict[str, Sym] = {}
+        bound: dict[str, list] = {}          # action -> its directional args bound in the table
         for a in d.actions:
             asym = scope.lookup(a.name)
             if asym is None or asym.kind != "action":
                 raise error_at(a, f"unknown action `{a.name}` in table {d.name}")
             if a.args:
-                raise error_at(a, "action arguments in a table's action list are not supported by p4sim")
+                self.bound_args(a, asym, scope)
+                bound[asym.qname] = a.args
             scope_kind = "TABLE_AND_DEFAULT"
             if annotation_value(a.annotations, "tableonly"):
                 scope_kind = "TABLE_ONLY"
@@ -622,7 +683,7 @@ class Checker:
         default_name, default_args, const_default = "NoAction", (), False
         if "default_action" in props:
             p = props["default_action"]
-            default_name, default_args = self.action_call(p.value, allowed, scope, d.name)
+            default_name, default_args = self.action_call(p.value, allowed, bound, scope, d.name)
             const_default = p.const
         else:
             # Without a default_action the default is NoAction, listed @defaultonly as p4c does.
@@ -663,15 +724,41 @@ class Checker:
         for i, en in enumerate(d.entries or []):
             match = self.entry_match(en.keyset, fields, scope)
             aname, args = self.action_call(ast.Call(ast.NameRef(en.action, pos=en.pos), en.args, pos=en.pos),
-                                           allowed, scope, d.name)
-            prio = self.const_int(en.priority, scope) if en.priority is not None else 0
+                                           allowed, bound, scope, d.name)
+            prio = self.entry_priority(en, scope)
             entries.append(ir.ConstEntry(match, aname, args, prio))
         d.allowed = allowed
+        d.bound = bound
         sym.value = ir.TableInfo(qname, tuple(fields), tuple(refs), size, default_name, default_args,
                                  const_default, tuple(entries), d.entries_const, direct_counter,
                                  direct_meter, support_timeout, _annos(d.annotations))
         self.info.tables[qname] = sym.value
         return scope.define(sym, d.pos)
+
+    def bound_args(self, a: ast.ActionRefNode, asym: Sym, scope: Scope) -> None:
+        """`actions = { mix(hdr.x.d); }` binds the action's directional parameters."""
+        directional = [p for p in asym.node.params if p.direction != ""]
+        if len(a.args) > len(directional):
+            raise error_at(a, f"action {a.name} has {len(directional)} directional parameters, "
+                              f"the action list binds {len(a.args)}")
+        for arg, p in zip(a.args, directional):
+            self.expr(arg, scope, p.type)
+            self.assignable(p.type, arg, arg)
+            if p.direction in ("out", "inout"):
+                self.lvalue(arg, scope)
+
+    def entry_priority(self, en: ast.EntryNode, scope: Scope) -> int:
+        """p4sim's priority (larger wins) of a const entry. p4c hands BMv2 `@priority(N)`
+        verbatim and numbers the others 1, 2, ... in order; BMv2's smaller number wins."""
+        if en.priority is not None:
+            return self.const_int(en.priority, scope)
+        anno = next((a for a in en.annotations if a.name == "priority"), None)
+        if anno is None:
+            return 0                      # by position: state.py numbers it as p4c does
+        if len(anno.args) != 1:
+            raise error_at(anno, "@priority takes one integer")
+        self.expr(anno.args[0], scope)
+        return ir.priority_from_bmv2(self.const_int(anno.args[0], scope))
 
     def _note_action(self, sym: Sym) -> None:
         """An action the control plane can see: in a table, or called from a control's apply."""
@@ -679,7 +766,8 @@ class Checker:
         if self._block is not None:
             self._action_uses.append((self._block.decl.name, sym.qname))
 
-    def action_call(self, e: ast.Expr, allowed: dict[str, Sym], scope: Scope, table: str) -> tuple[str, tuple]:
+    def action_call(self, e: ast.Expr, allowed: dict[str, Sym], bound: dict[str, list], scope: Scope,
+                    table: str) -> tuple[str, tuple]:
         if isinstance(e, ast.NameRef):
             e = ast.Call(e, [], pos=e.pos)
         if not isinstance(e, ast.Call) or not isinstance(e.func, ast.NameRef):
@@ -689,10 +777,17 @@ class Checker:
             raise error_at(e, f"action `{name}` is not in the actions of table {table}")
         asym = allowed[name]
         plain = [p for p in asym.node.params if p.direction == ""]
-        if len(e.args) != len(plain):
+        given = list(e.args)
+        if len(given) == len(asym.node.params) and len(plain) < len(given):
+            # `default_action = mix(hdr.x.d, 0x0F)`: the directional arguments come first.
+            node = ast.ActionRefNode(name, given[:len(given) - len(plain)], pos=e.pos)
+            self.bound_args(node, asym, scope)
+            bound.setdefault(asym.qname, node.args)
+            given = given[len(node.args):]
+        if len(given) != len(plain):
             raise error_at(e, f"action {name} takes {len(plain)} arguments, got {len(e.args)}")
         args = []
-        for a, p in zip(e.args, plain):
+        for a, p in zip(given, plain):
             self.expr(a, scope, p.type)
             self.assignable(p.type, a, a)
             v = self.const_value(a)
@@ -735,10 +830,12 @@ class Checker:
         items = k.items if isinstance(k, ast.TupleKey) else [k]
         if isinstance(k, (ast.DefaultKey, ast.DontCare)):
             return
+        if self.value_set_ref(k, scope, len(types)):
+            return
         if len(items) != len(types):
             raise error_at(k, f"select has {len(types)} expressions, this case gives {len(items)}")
         for item, t in zip(items, types):
-            if isinstance(item, (ast.DefaultKey, ast.DontCare)):
+            if isinstance(item, (ast.DefaultKey, ast.DontCare)) or self.value_set_ref(item, scope, 1):
                 continue
             parts = [item.value, item.mask] if isinstance(item, ast.Mask) else \
                 [item.lo, item.hi] if isinstance(item, ast.Range) else [item]
@@ -748,6 +845,19 @@ class Checker:
                 if self.const_value(p) is None:
                     raise error_at(p, "select case values must be compile-time constants")
 
+    def value_set_ref(self, k: ast.Expr, scope: Scope, nkeys: int) -> bool:
+        """Is this keyset a value_set (for nkeys select expressions)?"""
+        if not isinstance(k, ast.NameRef):
+            return False
+        sym = scope.lookup(k.name)
+        if sym is None or sym.kind != "value_set":
+            return False
+        k.decl = sym
+        n = len(self.info.value_sets[sym.qname].match_fields)
+        if n != nkeys:
+            raise error_at(k, f"value_set {k.name} has {n} fields, matched against {nkeys} expressions")
+        return True
+
     # ---- statements ------------------------------------------------------------
     def block(self, b: ast.Block, scope: Scope) -> None:
         inner = Scope(scope)
@@ -755,6 +865,7 @@ class Checker:
             self.stmt(s, inner)
 
     def stmt(self, s: ast.Stmt, scope: Scope) -> None:
+        self.where = s
         if isinstance(s, ast.Block):
             self.block(s, scope)
         elif isinstance(s, ast.Assign):
@@ -947,7 +1058,19 @@ class Checker:
         return BitType(hi - lo + 1)
 
     def e_ListExpr(self, e: ast.ListExpr, scope: Scope, expected) -> Type:
-        return TupleType(tuple(self.expr(x, scope) for x in e.items))
+        return TupleType(tuple(self.expr(x, scope, self._item_type(expected, i)) for i, x in enumerate(e.items)))
+
+    def e_StructExpr(self, e: ast.StructExpr, scope: Scope, expected) -> Type:
+        if len(set(e.names)) != len(e.names):
+            raise error_at(e, "a field is given twice")
+        fields = expected.fields if isinstance(expected, StructType) else {}
+        return TupleType(tuple(self.expr(x, scope, fields.get(n)) for n, x in zip(e.names, e.items)))
+
+    @staticmethod
+    def _item_type(expected: Type | None, i: int) -> Type | None:
+        if isinstance(expected, StructType) and i < len(expected.fields):
+            return list(expected.fields.values())[i]
+        return None
 
     def e_Cast(self, e: ast.Cast, scope: Scope, expected) -> Type:
         t = self.resolve_type(e.type_ref, scope)
@@ -1072,11 +1195,19 @@ class Checker:
             return
         if isinstance(target, EnumType) and isinstance(src, IntType):
             raise error_at(where, f"cannot assign an integer to enum {target.name}")
-        if isinstance(src, TupleType) and isinstance(target, StructType):
+        if isinstance(src, TupleType) and isinstance(target, StructType) and target.kind != "header_union":
+            if isinstance(e, ast.StructExpr):
+                if sorted(e.names) != sorted(target.fields):
+                    raise error_at(where, f"the fields given ({', '.join(e.names)}) are not those of "
+                                          f"{target.name} ({', '.join(target.fields)})")
+                order = {n: i for i, n in enumerate(e.names)}
+                e.items = [e.items[order[n]] for n in target.fields]
+                e.names = list(target.fields)
             if len(src.elems) != len(target.fields):
                 raise error_at(where, f"{target.name} has {len(target.fields)} fields, the list has {len(src.elems)}")
             for item, ft in zip(e.items, target.fields.values()):
                 self.assignable(ft, item, item)
+            e.type = target                # the list builds a value of the struct or header
             return
         if isinstance(src, EnumType) and src.underlying == target:
             return                    # a serializable enum converts to its underlying type
@@ -1125,7 +1256,7 @@ class Checker:
                 return VOID
             if isinstance(base, TableType):
                 if name != "apply" or e.args:
-                    raise error_at(e, f"a table only has apply()")
+                    raise error_at(e, "a table only has apply()")
                 if self._in_action:
                     raise error_at(e, "tables cannot be applied inside an action")
                 sym = f.expr.decl
@@ -1215,7 +1346,7 @@ class Checker:
             return {"bool": BOOL, "error": ERROR, "string": STRING, "int": INT, "void": VOID,
                     "_": AnyType("_")}[r.kind]
         if isinstance(r, ast.VarbitTypeRef):
-            raise error_at(r, "varbit fields are not supported by p4sim")
+            return VarbitType(self.const_int(r.width, scope))
         if isinstance(r, ast.NamedTypeRef):
             sym = scope.lookup(r.name)
             if sym is None or sym.kind != "type":
@@ -1226,8 +1357,8 @@ class Checker:
             return t
         if isinstance(r, ast.StackTypeRef):
             elem = self.resolve_type(r.elem, scope)
-            if not is_header(elem):
-                raise error_at(r, f"a header stack's elements must be headers, got {elem}")
+            if not (isinstance(elem, StructType) and elem.kind in ("header", "header_union")):
+                raise error_at(r, f"a header stack's elements must be headers or header unions, got {elem}")
             return StackType(elem, self.const_int(r.size, scope))
         if isinstance(r, ast.TupleTypeRef):
             return TupleType(tuple(self.resolve_type(a, scope) for a in r.args))
@@ -1328,4 +1459,10 @@ def _py_ident(name: str) -> str:
 
 
 def check(program: ast.Program) -> CheckedProgram:
-    return Checker(program).check()
+    checker = Checker(program)
+    try:
+        return checker.check()
+    except P4Error:
+        raise
+    except Exception as err:
+        raise internal_error("checking", err, checker.where, program.source_file) from None

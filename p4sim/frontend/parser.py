@@ -336,14 +336,16 @@ class _ToAst(Transformer):
 
     # ---- parsers
     def parser_decl(self, meta, ch):
-        rest = list(ch[4:])
+        rest = list(ch[5:])
         states = [c for c in rest if isinstance(c, ast.ParserState)]
         local = [c for c in rest if not isinstance(c, ast.ParserState)]
-        return ast.ParserDecl(ch[2], ch[3] or [], local, states, ch[0], pos=self._pos(meta))
+        return ast.ParserDecl(ch[2], ch[3] or [], local, states, ch[0], ch[4] or [], pos=self._pos(meta))
+
+    def ctor_params(self, meta, ch):
+        return ch[0] or []
 
     def value_set_decl(self, meta, ch):
-        pos = self._pos(meta)
-        raise P4Error("value_set is not supported by p4sim", pos.file, pos.line, pos.column)
+        return ast.ValueSetDecl(ch[2], ch[4], ch[5], ch[0], pos=self._pos(meta))
 
     def parser_state(self, meta, ch):
         return ast.ParserState(ch[2], list(ch[3:-1]), ch[-1], ch[0], pos=self._pos(meta))
@@ -374,8 +376,8 @@ class _ToAst(Transformer):
 
     # ---- controls
     def control_decl(self, meta, ch):
-        local = [c for c in ch[4:-2]]
-        return ast.ControlDecl(ch[2], ch[3] or [], local, ch[-1], ch[0], pos=self._pos(meta))
+        local = [c for c in ch[5:-2]]
+        return ast.ControlDecl(ch[2], ch[3] or [], local, ch[-1], ch[0], ch[4] or [], pos=self._pos(meta))
 
     def action_decl(self, meta, ch):
         return ast.ActionDecl(ch[2], ch[3] or [], ch[4], ch[0], pos=self._pos(meta))
@@ -413,7 +415,7 @@ class _ToAst(Transformer):
         return ("entries", (list(ch[3:]), ch[1] is not None))
 
     def table_entry(self, meta, ch):
-        return ast.EntryNode(ch[2], ch[3], ch[4] or [], ch[1], pos=self._pos(meta))
+        return ast.EntryNode(ch[2], ch[3], ch[4] or [], ch[1], ch[5], pos=self._pos(meta))
 
     def simple_property(self, meta, ch):
         return ("prop", ast.TableProperty(str(ch[2]), ch[3], ch[1] is not None, ch[0], pos=self._pos(meta)))
@@ -501,6 +503,13 @@ class _ToAst(Transformer):
 
     def list_expr(self, meta, ch):
         return ast.ListExpr(list(ch[0] or []), pos=self._pos(meta))
+
+    def struct_expr(self, meta, ch):
+        pairs = [c for c in ch if c is not None]
+        return ast.StructExpr([n for n, _ in pairs], [e for _, e in pairs], pos=self._pos(meta))
+
+    def named_expr(self, meta, ch):
+        return (ch[0], ch[1])
 
     def type_member(self, meta, ch):
         return ast.TypeMember(str(ch[0]), ch[1], pos=self._pos(meta))

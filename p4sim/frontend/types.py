@@ -83,13 +83,27 @@ class StructType(Type):
 
     @property
     def width(self) -> int:
-        """Total bits of a header (fields are all bit<W>/int<W>)."""
-        return sum(f.width for f in self.fields.values())
+        """Bits of a header's fixed part (a varbit field counts 0)."""
+        return sum(field_width(f) for f in self.fields.values())
+
+    @property
+    def varbit(self) -> str | None:
+        """The name of a header's varbit field, if it has one."""
+        return next((n for n, f in self.fields.items() if isinstance(f, VarbitType)), None)
+
+
+@dataclass(frozen=True)
+class VarbitType(Type):
+    """varbit<W>: up to W bits, its length known at run time."""
+    max_width: int
+
+    def __str__(self) -> str:
+        return f"varbit<{self.max_width}>"
 
 
 @dataclass(frozen=True)
 class StackType(Type):
-    elem: StructType
+    elem: StructType            # a header or a header_union
     size: int
 
     def __str__(self) -> str:
@@ -156,6 +170,17 @@ class ActionRunType(Type):
 
 def is_header(t: Type) -> bool:
     return isinstance(t, StructType) and t.kind == "header"
+
+
+def field_width(t: Type) -> int:
+    """Bits a header field of type t takes on the wire (0 for varbit, counted apart)."""
+    if isinstance(t, BitType):
+        return t.width
+    if isinstance(t, BoolType):
+        return 1
+    if isinstance(t, EnumType) and t.underlying is not None:
+        return t.underlying.width
+    return 0
 
 
 def is_bits(t: Type) -> bool:

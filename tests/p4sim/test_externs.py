@@ -38,6 +38,7 @@ def test_csum16_reproduces_an_ipv4_header_checksum():
 
 def test_identity_and_xor16():
     assert identity(b"\x01\x02\x03") == 0x010203
+    assert identity(bytes(range(1, 11))) == 0x0102030405060708   # BMv2 keeps 8 bytes
     assert xor16(b"\x12\x34\x56\x78\x9a") == 0x1234 ^ 0x5678 ^ 0x9A00
 
 

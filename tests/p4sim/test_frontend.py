@@ -64,11 +64,11 @@ def test_error_names_file_line_and_column(tmp_path, body, line_offset, column, w
 
 
 def test_unsupported_construct_is_a_located_error(tmp_path):
-    text = HEAD.replace("state start", "value_set<bit<16>>(4) types;\n    state start") + \
-        "control I(inout headers hdr, inout meta_t meta, inout standard_metadata_t sm) { apply { } }" + TAIL
+    text = HEAD + "control I(inout headers hdr, inout meta_t meta, inout standard_metadata_t sm) {\n" \
+        "    action_profile(32w128) profile;\n    apply { }\n}" + TAIL
     err = error_of(tmp_path, text)
-    assert "not supported" in err.message
-    assert err.line == 7
+    assert "action_profile is not supported" in err.message
+    assert err.line == text.splitlines().index("    action_profile(32w128) profile;") + 1
 
 
 def test_error_inside_an_included_file_names_that_file(tmp_path):

@@ -1,0 +1,82 @@
+"""What every part of the code generator shares: naming of generated Python, the
+output buffer, and where the statement being compiled lives (Ctx)."""
+from __future__ import annotations
+
+import keyword
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..frontend import ast
+from ..frontend.checker import CheckedProgram, Sym, const_value, error_at
+from ..frontend.types import BitType, BoolType, EnumType, ErrorType, IntType, StructType, Type
+
+
+def attr(name: str) -> str:
+    """A P4 field name as a Python attribute (keywords get a trailing underscore)."""
+    return name + "_" if keyword.iskeyword(name) or name.startswith("_") else name
+
+
+def cls_name(t: StructType) -> str:
+    return {"header": "H_", "struct": "S_", "header_union": "U_"}[t.kind] + t.name
+
+
+def mask(w: int) -> int:
+    return (1 << w) - 1
+
+
+def py_ident(name: str) -> str:
+    return "".join(c if c.isalnum() or c == "_" else "_" for c in name)
+
+
+def param_py(p: ast.Param) -> str:
+    return p.decl_sym.pyname
+
+
+def scalar(t: Type) -> bool:
+    return isinstance(t, (BitType, IntType, BoolType, EnumType, ErrorType))
+
+
+def unique_actions(allowed: dict[str, Sym]) -> list[tuple[str, Sym]]:
+    seen, out = set(), []
+    for sym in allowed.values():
+        if sym.qname not in seen:
+            seen.add(sym.qname)
+            out.append((sym.qname, sym))
+    return out
+
+
+@dataclass
+class Ctx:
+    """Where the statement being compiled lives."""
+    kind: str                            # "parser", "control", "action", "function"
+    block: Any = None                    # BlockInfo
+    ctl_args: str = ""                   # control params (+ L) to pass to local actions/tables
+    pkt: str = ""                        # packet_in / packet_out param
+    outs: list[Sym] = field(default_factory=list)   # out/inout params to hand back to the caller
+    returns: bool = False                # a function's value comes first in what it hands back
+    exits: bool = False                  # `exit` must hand the out/inout params back too
+
+
+class CodeGen:
+    """The output buffer and helpers every generator part uses."""
+
+    def __init__(self, cp: CheckedProgram, trace: bool) -> None:
+        self.cp = cp
+        self.trace = trace
+        self.lines: list[str] = []
+        self.ind = 0
+        self.uid = 0
+        self.where: ast.Node | None = None          # what is being compiled, for internal errors
+
+    def emit(self, line: str) -> None:
+        self.lines.append("    " * self.ind + line)
+
+    def tmp(self, base: str = "t") -> str:
+        self.uid += 1
+        return f"_{base}{self.uid}"
+
+    def const(self, e: ast.Expr) -> Any:
+        v = const_value(e, self.cp.errors)
+        if v is None:
+            raise error_at(e, "expected a compile-time constant")
+        return v

@@ -1,0 +1,255 @@
+"""Statements and calls (actions, functions, sub-blocks) with P4's copy-in/copy-out."""
+from __future__ import annotations
+
+from ..frontend import ast
+from ..frontend.checker import Sym, Target, error_at
+from ..frontend.types import ActionRunType, StackType, StructType, Type
+from .common import CodeGen, Ctx, attr, mask
+
+
+class StmtGen(CodeGen):
+    # ---- statements -------------------------------------------------------------
+    def block(self, b: ast.Block, ctx: Ctx) -> None:
+        for s in b.stmts:
+            self.stmt(s, ctx)
+
+    def body(self, s: ast.Stmt, ctx: Ctx) -> None:
+        self.ind += 1
+        start = len(self.lines)
+        self.stmt(s, ctx)
+        if len(self.lines) == start:
+            self.emit("pass")
+        self.ind -= 1
+
+    def stmt(self, s: ast.Stmt, ctx: Ctx) -> None:
+        self.where = s
+        if isinstance(s, ast.Block):
+            self.block(s, ctx)
+        elif isinstance(s, ast.Assign):
+            self.assign(s.lhs, s.rhs, ctx)
+        elif isinstance(s, ast.CallStmt):
+            self.call_stmt(s.call, ctx)
+        elif isinstance(s, ast.If):
+            self.if_chain(s, self.expr(s.cond, ctx), ctx)
+        elif isinstance(s, ast.VarDecl):
+            sym = s._sym
+            if s.init is not None:
+                self.assign_to(sym.pyname, sym.type, s.init, ctx, fresh=True)
+            else:
+                self.emit(f"{sym.pyname} = {self.init_value(sym.type)}")
+        elif isinstance(s, ast.ConstDecl):
+            pass                                      # folded where used
+        elif isinstance(s, ast.Return):
+            self.return_outs(ctx, self.expr(s.expr, ctx) if s.expr is not None else "None")
+        elif isinstance(s, ast.Exit):
+            if self.trace:
+                self.emit("LOG('exit')")
+            self.emit("raise Exit()")
+        elif isinstance(s, ast.Switch):
+            self.switch(s, ctx)
+        elif isinstance(s, ast.Empty):
+            pass
+        else:
+            raise error_at(s, f"unsupported statement {type(s).__name__}")
+
+    def if_chain(self, s: ast.If, cond: str, ctx: Ctx) -> None:
+        """if / elif / else; an `else if` whose condition needs statements first (a call
+        with out arguments) nests as `else: <statements> if ...`."""
+        self.emit(f"if {cond}:")
+        self.body(s.then, ctx)
+        while s.else_ is not None:
+            if not isinstance(s.else_, ast.If):
+                self.emit("else:")
+                self.body(s.else_, ctx)
+                return
+            s = s.else_
+            mark = len(self.lines)
+            self.ind += 1
+            cond = self.expr(s.cond, ctx)
+            self.ind -= 1
+            if len(self.lines) > mark:
+                pre = self.lines[mark:]
+                del self.lines[mark:]
+                self.emit("else:")
+                self.lines.extend(pre)
+                self.ind += 1
+                self.if_chain(s, cond, ctx)
+                self.ind -= 1
+                return
+            self.emit(f"elif {cond}:")
+            self.body(s.then, ctx)
+
+    def switch(self, s: ast.Switch, ctx: Ctx) -> None:
+        v = self.tmp("sw")
+        self.emit(f"{v} = {self.expr(s.expr, ctx)}")
+        pending: list[str] = []
+        first = True
+        for case in s.cases:
+            if case.label is None:
+                label = None
+            elif isinstance(s.expr.type, ActionRunType):
+                label = repr(case.label.decl.qname)
+            else:
+                label = repr(self.const(case.label))
+            if case.body is None:
+                if label is not None:
+                    pending.append(label)
+                continue
+            if label is None:
+                self.emit("else:" if not first else "if True:")
+            else:
+                labels = pending + [label]
+                cond = " or ".join(f"{v} == {lab}" for lab in labels)
+                self.emit(f"{'if' if first else 'elif'} {cond}:")
+            pending = []
+            first = False
+            self.body(case.body, ctx)
+
+    def assign(self, lhs: ast.Expr, rhs: ast.Expr, ctx: Ctx) -> None:
+        if isinstance(lhs, ast.Slice):
+            self.assign_value(lhs, self.expr(rhs, ctx), ctx)
+            return
+        self.assign_to(self.lvalue(lhs, ctx), lhs.type, rhs, ctx)
+
+    def assign_value(self, lhs: ast.Expr, v: str, ctx: Ctx) -> None:
+        """Store a computed value (Python expression v) into an lvalue, slices included."""
+        if isinstance(lhs, ast.DontCare):
+            return
+        if isinstance(lhs.type, (StructType, StackType)):
+            self.emit(f"{self.lvalue(lhs, ctx)}._set({v})")
+            return
+        if isinstance(lhs, ast.Slice):             # read, change the bits, store (nested: recursively)
+            cur = self.expr(lhs.expr, ctx)
+            hi, lo, t = lhs.hi_v, lhs.lo_v, lhs.expr.type
+            m = mask(hi - lo + 1) << lo
+            full = mask(t.width)
+            new = f"({cur} & {full ^ m}) | (({v} << {lo}) & {m})" if lo else f"({cur} & {full ^ m}) | ({v} & {m})"
+            if t.signed:
+                h = 1 << (t.width - 1)
+                new = f"((({new}) & {full}) ^ {h}) - {h}"
+            self.assign_value(lhs.expr, f"({new})", ctx)
+            return
+        self.emit(f"{self.lvalue(lhs, ctx)} = {v}")
+
+    def assign_to(self, target: str, t: Type, rhs: ast.Expr, ctx: Ctx, fresh: bool = False) -> None:
+        if isinstance(t, (StructType, StackType)):
+            v = self.expr(rhs, ctx)
+            if isinstance(rhs, (ast.ListExpr, ast.StructExpr)):    # a new value: no copy needed
+                self.emit(f"{target} = {v}" if fresh else f"{target}._set({v})")
+                return
+            self.emit(f"{target} = {v}._copy()" if fresh else f"{target}._set({v})")
+            return
+        self.emit(f"{target} = {self.expr(rhs, ctx)}")
+
+    def lvalue(self, e: ast.Expr, ctx: Ctx) -> str:
+        if isinstance(e, ast.NameRef):
+            return self.name(e)
+        if isinstance(e, ast.Member):
+            if isinstance(e.expr.type, StackType):
+                base = self.lvalue(e.expr, ctx)
+                return f"{base}.last_elem()" if e.name == "last" else f"{base}.next_elem()"
+            return f"{self.lvalue(e.expr, ctx)}.{attr(e.name)}"
+        if isinstance(e, ast.Index):
+            return f"{self.lvalue(e.expr, ctx)}.at({self.expr(e.index, ctx)})"
+        raise error_at(e, "this expression cannot be assigned to")
+
+    def name(self, e: ast.NameRef) -> str:
+        sym = e.decl
+        if sym.frame:
+            return f"L.{attr(sym.name)}"
+        return sym.pyname
+
+    # ---- calls ----------------------------------------------------------------------
+    def call_stmt(self, c: ast.Call, ctx: Ctx) -> None:
+        t: Target = c.target
+        if t.kind == "action":
+            self.call_action(c, ctx)
+        elif t.kind == "table_apply":
+            self.emit(f"{t.sym.pyname}({ctx.ctl_args})")
+        elif t.kind == "header_method":
+            base = self.expr(t.base, ctx)
+            if t.name == "setValid":
+                self.emit(f"{base}._setv()")
+                self.union_siblings(t.base, ctx)
+            elif t.name == "setInvalid":
+                self.emit(f"{base}._v = False")
+        elif t.kind == "stack_method":
+            base = self.expr(t.base, ctx)
+            self.emit(f"{base}.{t.name}({c.count})")
+        elif t.kind == "function":
+            self.emit(self.expr(c, ctx))
+        elif t.kind == "block_apply":
+            self.call_block(c, ctx)
+        elif t.kind in ("extern_func", "method"):
+            self.extern_call(c, ctx)
+        else:
+            raise error_at(c, "unsupported call")
+
+    def union_siblings(self, h: ast.Expr, ctx: Ctx) -> None:
+        if isinstance(h, ast.Member) and isinstance(h.expr.type, StructType) and h.expr.type.kind == "header_union":
+            u = self.expr(h.expr, ctx)
+            for other in h.expr.type.fields:
+                if other != h.name:
+                    self.emit(f"{u}.{attr(other)}._v = False")
+
+    def call_action(self, c: ast.Call, ctx: Ctx) -> None:
+        a: Sym = c.target.sym
+        self.gen_call(a, a.node.params, c.args, ctx)
+
+    def call_block(self, c: ast.Call, ctx: Ctx) -> None:
+        """`inst.apply(...)` of a sub-parser or sub-control."""
+        sym: Sym = c.target.sym
+        self.gen_call(sym, sym.node.params, c.args, ctx)
+
+    def gen_call(self, callee: Sym, params: list[ast.Param], args: list[ast.Expr], ctx: Ctx,
+                 data: str = "") -> str | None:
+        """A call with P4's copy-in/copy-out; returns the Python expression of a function's value.
+
+        Every header, struct or stack argument is copied in (a fresh value for `out`);
+        after the call out/inout arguments are copied out left to right, so the last of
+        two aliased arguments wins, and also when the callee ended in `exit`, which is
+        then raised again here. `data` is what follows the given arguments (a table's
+        `*args` for the control-plane parameters)."""
+        kind = "function" if callee.kind == "function" else (
+            "action" if callee.kind == "action" else "control" if isinstance(callee.node, ast.ControlDecl) else "parser")
+        shape = self.callee_ctx(kind, params)
+        passed, copies = [], {}
+        for i, (arg, p) in enumerate(zip(args, params)):
+            composite = isinstance(p.type, (StructType, StackType))
+            if p.direction == "out":
+                value = self.init_value(p.type)
+            else:
+                value = self.expr(arg, ctx)
+                if composite:
+                    value = f"{value}._copy()"
+            if composite and p.direction in ("out", "inout"):
+                copies[i] = self.tmp("c")
+                self.emit(f"{copies[i]} = {value}")
+                value = copies[i]
+            passed.append(value)
+        if data:
+            passed.append(data)
+        prefix = [ctx.ctl_args] if callee.kind == "action" and callee not in self.cp.top_actions else []
+        call = f"{callee.pyname}({', '.join(prefix + passed)})"
+        handback = shape.exits or bool(shape.outs)
+        if not handback and not copies:
+            if shape.returns:
+                return call
+            self.emit(call)
+            return None
+        r = self.tmp("r")
+        self.emit(f"{r} = {call}")
+        at = int(shape.exits) + int(shape.returns)
+        for i, (arg, p) in enumerate(zip(args, params)):
+            if p.direction not in ("out", "inout") or isinstance(arg, ast.DontCare):
+                continue
+            if i in copies:
+                self.emit(f"{self.lvalue(arg, ctx)}._set({copies[i]})")
+            else:
+                self.assign_value(arg, f"{r}[{at}]", ctx)
+                at += 1
+        if shape.exits:
+            self.emit(f"if {r}[0]: raise Exit()")
+        if not shape.returns:
+            return None
+        return f"{r}[{int(shape.exits)}]" if shape.outs else r
