@@ -33,7 +33,9 @@ def run_cli(port: int, commands: str) -> str:
 
 
 def cli_errors(output: str) -> list[str]:
-    return [line for line in output.splitlines() if re.search(r"Error|Invalid|Traceback", line)]
+    """The CLI's error lines, without its prompts."""
+    return [re.sub(r"^(RuntimeCmd: )+", "", line) for line in output.splitlines()
+            if re.search(r"Error|Invalid|Traceback", line)]
 
 
 @pytest.fixture
@@ -210,3 +212,56 @@ def test_server_side_checks_answer_with_bmv2_exception_codes(raw):
     ss.mirroring_session_add(99, MirroringSessionConfig(port=3))
     assert ss.mirroring_session_get(99).port == 3
     assert switch.state.clone_sessions[99].replicas == [(3, 0)]
+
+
+@pytest.fixture
+def served(p4program) -> Iterator:
+    """`served("multicast")`: that program of tests/p4programs in a switch with a Thrift port."""
+    servers: list[ThriftServer] = []
+
+    def start(name: str) -> tuple[Switch, int]:
+        switch = Switch(p4program(name))
+        servers.append(serve_thrift(switch, 0))
+        return switch, servers[-1].port
+
+    try:
+        yield start
+    finally:
+        for server in servers:
+            server.stop()
+
+
+def ether(dst: str) -> bytes:
+    from scapy.layers.l2 import Ether
+    return bytes(Ether(dst=dst, src="00:00:00:00:00:0a", type=0x1234) / (b"p" * 46))
+
+
+def test_multicast_groups_and_nodes_made_with_the_cli_replicate_packets(served):
+    switch, port = served("multicast")
+    out = run_cli(port, "mc_mgrp_create 1\nmc_node_create 0 1 2 3\nmc_node_associate 1 0\nmc_dump\n")
+    assert not cli_errors(out) and "(L1h=0, rid=0) -> (ports=[1, 2, 3], lags=[])" in out
+    frame = ether("ff:ff:ff:ff:ff:ff")
+    assert sorted(p for p, _ in switch.process(1, frame)) == [2, 3]    # egress prunes port 1
+    assert "MyEgress.tx_copies[3]= (60 bytes, 1 packets)" in run_cli(port, "counter_read MyEgress.tx_copies 3\n")
+    run_cli(port, "mc_node_update 0 2\n")
+    assert [p for p, _ in switch.process(1, frame)] == [2]
+    run_cli(port, "mc_node_dissociate 1 0\n")
+    assert switch.process(1, frame) == []
+    out = run_cli(port, "mc_node_destroy 0\nmc_node_associate 1 0\nmc_mgrp_destroy 1\nmc_mgrp_destroy 1\n")
+    assert cli_errors(out) == ["Invalid PRE operation (INVALID_L1_HANDLE)",
+                               "Invalid PRE operation (INVALID_MGRP_HANDLE)"]
+    assert switch.state.multicast_groups == {}
+
+
+def test_mirroring_sessions_made_with_the_cli_carry_egress_clones(served):
+    switch, port = served("clone_e2e")
+    out = run_cli(port, "mirroring_add 5 4\ntable_add MyEgress.monitored MyEgress.monitor 2 => 5\n"
+                        "mirroring_get 5\n")
+    assert not cli_errors(out) and "MirroringSessionConfig(port=4, mgid=None)" in out
+    outputs = switch.process(0, ether("00:00:00:00:00:02"))
+    assert sorted(p for p, _ in outputs) == [2, 4]
+    clone = dict(outputs)[4]
+    assert len(clone) == len(dict(outputs)[2]) + 2       # the monitor header the clone carries
+    out = run_cli(port, "mirroring_delete 5\nmirroring_delete 5\n")
+    assert cli_errors(out) == ["Invalid mirroring operation (SESSION_NOT_FOUND)"]
+    assert [p for p, _ in switch.process(0, ether("00:00:00:00:00:02"))] == [2]
