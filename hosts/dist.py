@@ -381,7 +381,10 @@ def ddp_comm_hook(group: ProcessGroup) -> Callable[[Any, Any], Any]:
     """A PyTorch DDP communication hook averaging gradients through `group`, for
     `model.register_comm_hook(None, ddp_comm_hook(group))`; needs torch (not a dependency
     here) and float32 gradients. DDP still needs torch's own process group for set-up."""
-    import torch      # optional: only this function needs it
+    try:
+        import torch      # optional: only this function needs it
+    except ImportError:
+        raise DistError("ddp_comm_hook needs PyTorch, which p4inc does not install (pip install torch)") from None
 
     def hook(_state: Any, bucket: Any) -> Any:
         buffer = bucket.buffer()

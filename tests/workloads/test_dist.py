@@ -3,6 +3,7 @@ processes started with launcher variables) over loopback UDP, with a stand-in ag
 for the switch, and without one (the fall-back to the ring)."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import socket
@@ -196,3 +197,10 @@ def test_worker_script_under_open_mpi_variables_uses_the_switch(tmp_path):
     assert [d.returncode for d in done] == [0, 0], [d.stderr for d in done]
     assert json.loads(done[0].stdout.splitlines()[-1])["backend"] == "inc"
     assert_matches_reference(tmp_path, 2)
+
+
+def test_the_ddp_hook_without_torch_says_it_needs_torch():
+    if importlib.util.find_spec("torch") is not None:
+        pytest.skip("torch is installed: the hook is available")
+    with pytest.raises(DistError, match="needs PyTorch"):
+        dist.ddp_comm_hook(None)
