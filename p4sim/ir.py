@@ -10,12 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 MATCH_KINDS = ("exact", "lpm", "ternary", "range", "optional")
-BMV2_PRIORITY_TOP = 1 << 24
+BMV2_PRIORITY_TOP = 2**31 - 1      # PI's inversion for BMv2: bmv2 = INT32_MAX - p4runtime
 
 
 def priority_from_bmv2(priority: int) -> int:
     """An entry priority as p4sim ranks them (P4Runtime's order: larger wins) from BMv2's
-    own numbers (simple_switch_CLI, `@priority(N)` on const entries: smaller wins)."""
+    own numbers (simple_switch_CLI, `@priority(N)` on const entries: smaller wins), with
+    the inversion PI uses, so the Thrift runtime reads N back."""
     return BMV2_PRIORITY_TOP - priority
 
 
