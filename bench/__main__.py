@@ -68,18 +68,27 @@ class Trials:
         job = fabric.topo.jobs[0]
         peers = ",".join(fabric.topo.hosts[h].address for h in job.workers)
         self.plan = plan
+        self.logs: dict[int, Path] = {}      # by pid: where each process's stderr goes
         self.procs = [
-            fabric.popen(host, [sys.executable, "-m", "bench.worker", "--job-id", str(job.job_id),
-                                "--rank", str(rank), "--peers", peers, "--window", str(plan.window),
-                                "--timeout", str(plan.timeout)],
-                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT)
+            self._start(fabric, host, f"bench-{host}", [
+                sys.executable, "-m", "bench.worker", "--job-id", str(job.job_id), "--rank", str(rank),
+                "--peers", peers, "--window", str(plan.window), "--timeout", str(plan.timeout)])
             for rank, host in enumerate(job.workers)]
         self.mpi: list[subprocess.Popen] = []
         if "mpi" in plan.algorithms:
             launcher = write_launcher(fabric, list(job.workers), fabric.options.run_dir / "mpi-launcher.sh")
-            self.mpi = [fabric.popen(job.workers[0], mpirun_command(fabric, list(job.workers), launcher, ROOT),
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT,
-                                     env=os.environ | ROOT_ENV)]
+            self.mpi = [self._start(fabric, job.workers[0], "bench-mpirun",
+                                    mpirun_command(fabric, list(job.workers), launcher, ROOT),
+                                    env=os.environ | ROOT_ENV)]
+
+    def _start(self, fabric: Fabric, host: str, name: str, args: list[str], **kwargs) -> subprocess.Popen:
+        log_path = fabric.options.log_dir / f"{name}.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with log_path.open("w") as stderr:
+            proc = fabric.popen(host, args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
+                                text=True, cwd=ROOT, **kwargs)
+        self.logs[proc.pid] = log_path
+        return proc
 
     def run(self, algorithm: str, nbytes: int, seed: int) -> tuple[float, list[dict]]:
         """One AllReduce on every host: the earliest start to the latest end in seconds, and the replies."""
@@ -87,8 +96,11 @@ class Trials:
                            "seed": seed}) + "\n"
         procs = self.mpi if algorithm == "mpi" else self.procs
         for proc in procs:
-            proc.stdin.write(line)
-            proc.stdin.flush()
+            try:
+                proc.stdin.write(line)
+                proc.stdin.flush()
+            except BrokenPipeError:
+                raise BenchError(f"a benchmark process has exited: {self._why(proc)}") from None
         replies = [self._reply(proc) for proc in procs]
         bad = [r["error"] for r in replies if not r["ok"]]
         if bad:
@@ -109,12 +121,18 @@ class Trials:
         ready, _, _ = select.select([proc.stdout], [], [], self.plan.trial_timeout)
         text = proc.stdout.readline() if ready else ""
         if not text:
-            raise BenchError(f"a benchmark process gave no answer within {self.plan.trial_timeout:g} s "
-                             f"(exit code {proc.poll()})")
+            raise BenchError(f"a benchmark process gave no answer within {self.plan.trial_timeout:g} s: "
+                             f"{self._why(proc)}")
         try:
             return json.loads(text)
         except json.JSONDecodeError:
             raise BenchError(f"a benchmark process wrote {text.strip()[:200]!r}, not a result") from None
+
+    def _why(self, proc: subprocess.Popen) -> str:
+        """Its exit code and the last line of its stderr log."""
+        path = self.logs[proc.pid]
+        lines = path.read_text(errors="replace").strip().splitlines() if path.exists() else []
+        return f"exit code {proc.poll()}, {path}: {lines[-1] if lines else '(empty)'}"
 
 
 def summarise(times: list[float]) -> dict:
