@@ -7,6 +7,11 @@ from __future__ import annotations
 import numpy as np
 
 
+# The agent's parts in the order a call spends them (hosts/agent.py CallStats); others follow.
+CALL_ORDER = ("setup_s", "exponent_s", "send_s", "wait_s", "retransmit_s", "finish_s", "total_s", "retransmits",
+              "srtt_s", "final_rto_s")
+
+
 def call_budget(workers: int, nbytes: int, calls: list[list[dict]]) -> dict:
     """`calls[c][w]` is worker w's reply to call c: start, end and optional per-call `stats`."""
     total = [max(r["end"] for r in c) - min(r["start"] for r in c) for c in calls]
@@ -32,8 +37,10 @@ def numeric_stats(reply: dict) -> dict[str, float]:
 def budget_table(budgets: list[dict]) -> str:
     """One row per worker count; times in microseconds. Of the agent's parts, the times
     (`*_s`) and retransmissions; the JSON keeps every count."""
-    parts = sorted({name for b in budgets for name in b["parts"] if name.endswith("_s") or name == "retransmits"})
-    head = ["N", "bytes", "calls", "call (us)", "p99 (us)", "start skew (us)", "per worker (us)", *parts]
+    shown = {name for b in budgets for name in b["parts"] if name.endswith("_s") or name == "retransmits"}
+    parts = [p for p in CALL_ORDER if p in shown] + sorted(shown - set(CALL_ORDER))
+    head = ["N", "bytes", "calls", "call (us)", "p99 (us)", "start skew (us)", "per worker (us)",
+            *(f"{p[:-2]} (us)" if p.endswith("_s") else p for p in parts)]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for b in budgets:
         cells = [str(b["workers"]), str(b["bytes"]), str(b["calls"]), *(

@@ -91,5 +91,5 @@ def test_budget_takes_medians_of_call_time_start_skew_and_the_agents_own_parts()
     # Text and None are left out; counts stay in the JSON, only times and retransmits make the table.
     assert b["parts"] == {"send_s": pytest.approx(0.2), "retransmits": 1.0, "packets_sent": 9.0}
     table = budget.budget_table([b]).splitlines()
-    assert table[0].split(" | ")[-2:] == ["retransmits", "send_s |"]
-    assert table[2] == "| 2 | 256 | 3 | 1000000 | 1098000 | 200000 | 800000 | 1 | 200000 |"
+    assert table[0].split(" | ")[-2:] == ["send (us)", "retransmits |"]
+    assert table[2] == "| 2 | 256 | 3 | 1000000 | 1098000 | 200000 | 800000 | 200000 | 1 |"
