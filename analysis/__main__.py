@@ -78,8 +78,10 @@ def main(argv: list[str] | None = None) -> int:
     budget = None
     if args.budget is not None or budget_path.exists():
         try:
-            budget = json.loads(budget_path.read_text())["budget"]
-        except (OSError, ValueError, KeyError) as err:
+            budget = json.loads(budget_path.read_text())
+            if not isinstance(budget.get("budget"), list):
+                raise ValueError("no 'budget' list")
+        except (OSError, ValueError, AttributeError) as err:
             ap.error(f"{budget_path}: not a usable budget result ({err})")
     logging.basicConfig(level=logging.INFO, format="%(message)s")
 
@@ -146,7 +148,7 @@ def _measured_speedups(runs: list[dict], baseline: str) -> dict[str, dict[str, f
     return result
 
 
-def report(summary: dict, fitted: Fit, real_title: str, budget: list[dict] | None) -> str:
+def report(summary: dict, fitted: Fit, real_title: str, budget: dict | None) -> str:
     """results.md: where the numbers came from, then per worker count the medians and p99s
     of every algorithm and INC's speedup over each baseline, the model and its errors."""
     env = summary["bench"]["environment"] or {}
@@ -192,7 +194,13 @@ def report(summary: dict, fitted: Fit, real_title: str, budget: list[dict] | Non
     for n, by_size in summary["predicted_speedup"].items():
         lines.append(f"| {n} | " + " | ".join(f"{by_size[str(s)]:.2f}x" for s in PREDICTED_SIZES) + " |")
     if budget:
-        lines += ["", "## Latency budget of one INC call (`python -m bench --budget`)", "", budget_table(budget)]
+        env = budget.get("environment") or {}
+        lines += ["", "## Latency budget of one INC call", "",
+                  f"Command: `{budget.get('config', {}).get('command', 'python -m bench --budget')}`, commit "
+                  f"{env.get('versions', {}).get('p4inc')}{' with uncommitted changes' if env.get('dirty') else ''}. "
+                  "*call*: earliest start to latest end over the workers; *start skew*: spread of their starts "
+                  "after the barrier; the rest is each worker's own call as the agent times it (medians).", "",
+                  budget_table(budget["budget"])]
     return "\n".join(lines) + "\n"
 
 
