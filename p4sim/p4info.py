@@ -69,6 +69,12 @@ def build_p4info(info: ProgramInfo) -> P4Info:
         _preamble(msg.preamble, ids.get(Prefix.CONTROLLER_HEADER, h.type_name), h.name, aliases,
                   (f'@controller_header("{h.name}")',), alias=h.name)
         _params(msg.metadata, h.fields, p4info)
+    for v in info.value_sets.values():
+        msg = p4info.value_sets.add(size=v.size)
+        _preamble(msg.preamble, ids.get(Prefix.VALUE_SET, v.name), v.name, aliases, v.annotations)
+        for number, mf in enumerate(v.match_fields, start=1):
+            msg.match.add(id=number, name=mf.name, bitwidth=mf.bitwidth,
+                          match_type=p4info_pb2.MatchField.MatchType.Value(mf.match_kind.upper()))
     for r in info.registers.values():
         msg = p4info.registers.add(size=r.size)
         _preamble(msg.preamble, ids.get(Prefix.REGISTER, r.name), r.name, aliases, r.annotations)
@@ -141,6 +147,8 @@ def _assign_ids(info: ProgramInfo) -> _Ids:
         symbols[(kind, m.name)] = m.annotations
     for r in info.registers.values():
         symbols[(Prefix.REGISTER, r.name)] = r.annotations
+    for v in info.value_sets.values():
+        symbols[(Prefix.VALUE_SET, v.name)] = v.annotations
     for h in info.controller_headers.values():
         symbols[(Prefix.CONTROLLER_HEADER, h.type_name)] = ()
     for d in info.digests.values():

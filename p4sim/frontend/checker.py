@@ -324,8 +324,8 @@ class Checker:
         self.structs.append(t)
         ch = annotation_value(d.annotations, "controller_header")
         if ch:
-            self.info.controller_headers[ch] = ir.ControllerHeader(
-                ch, d.name, tuple(ir.Param(n, field_width(ft)) for n, ft in t.fields.items()))
+            fields = tuple(ir.Param(n, field_width(ft), enum=serializable_enum(ft)) for n, ft in t.fields.items())
+            self.info.controller_headers[ch] = ir.ControllerHeader(ch, d.name, fields)
 
     def decl_TypedefDecl(self, d: ast.TypedefDecl) -> None:
         self.top.define(Sym("type", d.name, self.resolve_type(d.type_ref, self.top), d), d.pos)
@@ -574,7 +574,7 @@ class Checker:
         if isinstance(t, StructType) and t.kind == "struct":
             fields = [(n, ft) for n, ft in t.fields.items()]
         else:
-            fields = [(d.name, t)]
+            fields = [("", t)]                # p4c's P4Info names no field of a bit<W> value_set
         match = []
         for n, ft in fields:
             if not field_width(ft):

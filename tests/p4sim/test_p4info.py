@@ -5,7 +5,7 @@ import pytest
 from google.protobuf import text_format
 from p4.config.v1 import p4info_pb2
 
-from p4sim import ir
+from p4sim import compile_file, ir
 from p4sim.p4info import build_p4info, jenkins_hash, to_text
 
 
@@ -250,3 +250,44 @@ def test_serializable_enums_of_listed_fields_go_to_type_info():
     assert enums["Opcode_t"].underlying_type.bitwidth == 8
     assert [(m.name, m.value) for m in enums["Opcode_t"].members] == [("NO_OP", b"\x00"), ("SEND", b"\x01")]
     assert [(m.name, m.value) for m in enums["Reason_t"].members] == [("UNKNOWN", b"\x01\x02")]
+
+
+def test_parser_value_sets_are_listed_as_p4c_lists_them():
+    # A bit<W> value_set has one unnamed exact match; a struct one, a named match per field.
+    info = ir.ProgramInfo("x.p4")
+    info.value_sets = {
+        "P.special": ir.ValueSetInfo("P.special", (ir.MatchField("", 8, "exact"),), 4),
+        "P.pairs": ir.ValueSetInfo("P.pairs", (ir.MatchField("a", 16, "exact"), ir.MatchField("b", 8, "ternary")), 2),
+    }
+    special, pairs = build_p4info(info).value_sets
+    assert (special.preamble.id, special.preamble.name, special.preamble.alias, special.size) == (
+        hashed(p4info_pb2.P4Ids.VALUE_SET, "P.special"), "P.special", "special", 4)
+    assert [(m.id, m.name, m.bitwidth, m.match_type) for m in special.match] == [(1, "", 8, p4info_pb2.MatchField.EXACT)]
+    assert [(m.id, m.name, m.bitwidth, m.match_type) for m in pairs.match] == [
+        (1, "a", 16, p4info_pb2.MatchField.EXACT), (2, "b", 8, p4info_pb2.MatchField.TERNARY)]
+
+
+def test_enum_fields_of_a_controller_header_reach_type_info(tmp_path):
+    # The tutorials' flowcache controller reads PuntReason_t's members from type_info.
+    source = tmp_path / "punt.p4"
+    source.write_text("""#include <core.p4>
+#include <v1model.p4>
+enum bit<8> PuntReason_t { FLOW_UNKNOWN = 1, UNRECOGNIZED_OPCODE = 2 }
+@controller_header("packet_in")
+header packet_in_t { bit<16> input_port; PuntReason_t punt_reason; }
+struct H { packet_in_t packet_in; }
+struct M { }
+parser P(packet_in pkt, out H hdr, inout M m, inout standard_metadata_t sm) { state start { transition accept; } }
+control V(inout H hdr, inout M m) { apply { } }
+control I(inout H hdr, inout M m, inout standard_metadata_t sm) {
+    apply { hdr.packet_in.setValid(); hdr.packet_in.punt_reason = PuntReason_t.FLOW_UNKNOWN; }
+}
+control E(inout H hdr, inout M m, inout standard_metadata_t sm) { apply { } }
+control D(packet_out pkt, in H hdr) { apply { pkt.emit(hdr.packet_in); } }
+V1Switch(P(), V(), I(), E(), V(), D()) main;
+""")
+    p4info = build_p4info(compile_file(str(source)).info)
+    (cpm,) = p4info.controller_packet_metadata
+    assert [(m.name, m.bitwidth) for m in cpm.metadata] == [("input_port", 16), ("punt_reason", 8)]
+    members = p4info.type_info.serializable_enums["PuntReason_t"].members
+    assert [(m.name, m.value) for m in members] == [("FLOW_UNKNOWN", b"\x01"), ("UNRECOGNIZED_OPCODE", b"\x02")]

@@ -16,7 +16,6 @@ from google.protobuf import text_format
 from p4.config.v1 import p4info_pb2
 
 from p4sim import compile_file
-from p4sim.errors import P4Error
 from p4sim.p4info import build_p4info, to_text
 from tests.p4sim.conftest import PROGRAMS_DIR, REPO_ROOT, reference_dir
 
@@ -73,10 +72,4 @@ def test_p4info_equals_p4c_output(program: Path, reference: Path):
 
 @pytest.mark.parametrize(("program", "reference"), bmv2_cases())
 def test_p4info_of_bmv2_trace_program_equals_p4c_output(program: Path, reference: Path):
-    try:
-        compile_file(str(program))
-    except P4Error as err:
-        # Constructs p4sim does not load yet (issue 10's list): reported as xfail with the
-        # reason, and compared as soon as the program loads.
-        pytest.xfail(f"p4sim does not load it yet: {err}")
     assert_same_p4info(program, reference)
