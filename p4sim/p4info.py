@@ -15,6 +15,8 @@ from .ir import ActionRef, CounterInfo, MeterInfo, Param, ProgramInfo, Serializa
 P4Info = p4info_pb2.P4Info
 Prefix = p4info_pb2.P4Ids
 
+DEFAULT_TABLE_SIZE = 1024      # v1model's, when a table says no size (or size = 0)
+
 # Represented elsewhere in the preamble (name, id, doc), so p4c does not repeat them.
 _NOT_COPIED = {"name", "id", "brief", "description"}
 
@@ -48,7 +50,7 @@ def build_p4info(info: ProgramInfo) -> P4Info:
             msg.direct_resource_ids.append(ids.get(Prefix.DIRECT_COUNTER, t.direct_counter))
         if t.direct_meter:
             msg.direct_resource_ids.append(ids.get(Prefix.DIRECT_METER, t.direct_meter))
-        msg.size = t.size
+        msg.size = t.size or DEFAULT_TABLE_SIZE    # p4c's getTableSize: `size = 0` is the default
         if t.support_timeout:
             msg.idle_timeout_behavior = p4info_pb2.Table.NOTIFY_CONTROL
         msg.is_const_table = t.entries_are_const

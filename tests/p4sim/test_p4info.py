@@ -291,3 +291,12 @@ V1Switch(P(), V(), I(), E(), V(), D()) main;
     assert [(m.name, m.bitwidth) for m in cpm.metadata] == [("input_port", 16), ("punt_reason", 8)]
     members = p4info.type_info.serializable_enums["PuntReason_t"].members
     assert [(m.name, m.value) for m in members] == [("FLOW_UNKNOWN", b"\x01"), ("UNRECOGNIZED_OPCODE", b"\x02")]
+
+
+def test_table_of_size_zero_is_listed_with_the_default_size():
+    # p4c's getTableSize maps `size = 0` to v1model's default, 1024.
+    info = ir.ProgramInfo("x.p4")
+    info.actions = {"NoAction": ir.ActionInfo("NoAction")}
+    info.tables = {"c.t": ir.TableInfo("c.t", (ir.MatchField("k", 8, "exact"),), (ir.ActionRef("NoAction"),), size=0)}
+    (t,) = build_p4info(info).tables
+    assert t.size == 1024
