@@ -194,4 +194,6 @@ def test_nat_drops_bad_checksums_and_unknown_sources(make_switch):
     bad_ip[IP].chksum = 0x1234
     assert sw.process(1, bytes(bad_ip)) == []
     assert sw.process(1, bytes(datagram("192.168.1.99"))) == []
-    assert sw.process(1, good) != []
+    forwarded = datagram(INSIDE)
+    forwarded[IP].src = PUBLIC
+    assert sw.process(1, good) == [(2, rebuilt(forwarded))]

@@ -3,7 +3,7 @@ arithmetic (unsigned and signed), signed versus unsigned comparison, casts that
 extend and truncate, slices, concatenation and shifts.
 
 Each program answers on the port the request came in on; the expected answer is
-computed here in Python from the P4_16 spec's rules (8.x "Operations on ...").
+computed here in Python from the P4_16 spec's rules for operations on bit<W> and int<W>.
 """
 from __future__ import annotations
 

@@ -243,7 +243,8 @@ def test_conntrack_drops_unsolicited_and_premature_outside_packets(make_switch):
     state = sw.state.registers["MyIngress.conn_state"]
     assert sw.process(2, segment(False, "S")) == []          # nobody asked
     assert sw.process(2, segment(False, "SA")) == []         # no SYN went out
-    assert sw.process(1, segment(True, "S")) != []
+    syn = segment(True, "S")
+    assert sw.process(1, syn) == [(2, syn)]
     assert sw.process(2, segment(False, "A")) == []          # not yet established
     assert state.read(conn_cell()) == SYN_SENT
     # Another connection of the same host is tracked apart.
