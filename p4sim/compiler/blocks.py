@@ -198,6 +198,8 @@ class BlockGen(CodeGen):
                     if isinstance(p.type, ExternType) and p.type.decl.name == "packet_out"), "")
         ctx = self.callee_ctx("control", d.params)
         ctx.block, ctx.ctl_args, ctx.pkt = info, sig, pkt
+        if d.name in self.cp.pipeline.values():
+            ctx.exits = False           # the pipeline calls it and catches Exit itself
         for a in info.actions:
             self.action(a, Ctx("action", info, sig, pkt), sig)
         for t in info.tables:

@@ -14,6 +14,19 @@ def varbit_len(f: str) -> str:
     return f"_n_{f}"
 
 
+def invalidate(t: StructType, obj: str) -> list[str]:
+    """Statements that make every header in obj (of type t) invalid, nested ones inlined."""
+    if t.kind == "header":
+        return [f"{obj}._v = False"]
+    lines = []
+    for f, ft in t.fields.items():
+        if isinstance(ft, StructType):
+            lines += invalidate(ft, f"{obj}.{attr(f)}")
+        elif isinstance(ft, StackType):
+            lines.append(f"{obj}.{attr(f)}._inv()")
+    return lines
+
+
 class LayoutGen(CodeGen):
     def init_value(self, t: Type) -> str:
         if isinstance(t, StructType):
@@ -61,11 +74,8 @@ class LayoutGen(CodeGen):
         self.ind -= 1
         self.emit("def _inv(self):")
         self.ind += 1
-        if header:
-            self.emit("self._v = False")
-        for f, ft in t.fields.items():
-            if isinstance(ft, (StructType, StackType)):
-                self.emit(f"self.{attr(f)}._inv()")
+        for line in invalidate(t, "self"):           # flat: it runs for every packet
+            self.emit(line)
         self.emit("pass")
         self.ind -= 1
         if header:
