@@ -1,5 +1,5 @@
 """Corpus programs on stateful externs: direct and indirect counters, indirect and
-direct meters, a register read-modify-write, and table entries that age.
+direct meters, a register read-modify-write, table entries that age, and random.
 
 Packets go through `Switch.process`; the state is read back from `sw.state` as the
 controller would read it. Counter bytes are the frame's length as received, as in
@@ -13,6 +13,7 @@ from scapy.fields import IntField, ShortField
 from scapy.layers.l2 import Ether
 from scapy.packet import Packet
 
+from p4sim.state import CloneSession
 from tests.p4sim.oracles import H1_MAC, H2_MAC, H3_MAC, PAYLOAD, add, mac
 
 # --- direct_counter.p4 ---------------------------------------------------------------------
@@ -145,3 +146,21 @@ def test_idle_timeout_table_records_the_last_hit_of_each_entry(make_switch):
     assert h2.last_hit_ns > before[0] and h3.last_hit_ns == before[1]
     assert sw.process(1, bytes(Ether(dst="08:00:00:00:09:99") / PAYLOAD)) == []
     assert h3.last_hit_ns == before[1]
+
+
+# --- random_sampling.p4 --------------------------------------------------------------------
+
+@pytest.mark.parametrize("rate,low,high", [(0, 0, 0), (64, 60, 140), (256, 400, 400)])
+def test_random_roll_samples_the_configured_share_of_frames(make_switch, rate, low, high):
+    """random(out, 0, 255) is uniform over the closed range (v1model.p4); with rate 64
+    about a quarter of 400 frames are cloned (seeded, so the count is reproducible)."""
+    sw = make_switch("random_sampling", seed=7)
+    sw.state.tables["MyIngress.sampling"].set_default("MyIngress.set_rate", (rate,))
+    sw.state.clone_sessions[9] = CloneSession([(5, 0)])
+    frame = bytes(Ether(dst=H2_MAC, src=H1_MAC) / PAYLOAD)
+    sampled = 0
+    for _ in range(400):
+        out = sw.process(1, frame)
+        assert (2, frame) in out and all(o == (5, frame) for o in out if o[0] != 2)
+        sampled += len(out) - 1
+    assert low <= sampled <= high
