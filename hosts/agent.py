@@ -331,24 +331,27 @@ class _Call:
         self.send_drops_before = counters.dropped if counters is not None else 0
         self.samples_before = worker.rto.samples
         self.sums = np.empty((self.m, INC_K), np.int32)
-        self.flags = np.zeros(self.m, np.int64)
+        self.overflowed: list[int] = []         # chunks whose (final) result has OVERFLOW
         self.answered = 0                        # items 0 .. answered - 1 have their results, in order
         self.done = False
         self._pending: dict[int, tuple[int, int, int]] = {}    # item -> (chunk, flags, need), out of order
         self._last = self.size - (self.m - 1) * INC_K
-        self._header = IncHeader(opcode=OP_CONTRIB, job_id=cfg.job_id, worker_id=cfg.worker_id, count=INC_K,
-                                 slot=0, pool_version=0, seq=0)
+        self._job_id, self._worker_id = cfg.job_id, cfg.worker_id
 
     def header(self, chunk: int, slot: int, version: int, seq: int, flags: int = 0, exponent: int = 0,
                need: int = 0) -> bytes:
-        h = self._header
-        return pack_header(IncHeader(OP_CONTRIB, h.job_id, h.worker_id, INC_K if chunk < self.m - 1 else self._last,
-                                     slot, version, seq, flags, exponent, need))
+        return pack_header(IncHeader(OP_CONTRIB, self._job_id, self._worker_id,
+                                     INC_K if chunk < self.m - 1 else self._last, slot, version, seq, flags,
+                                     exponent, need))
 
     def record(self, item: _Item, flags: int, need: int, payload: bytes) -> None:
         """A result: keep its sums, then look at the results in item order."""
         self.sums[item.chunk] = elements_view(payload)
-        self._pending[item.index] = (item.chunk, flags, need)
+        if item.index != self.answered:
+            self._pending[item.index] = (item.chunk, flags, need)
+            return
+        self.answered_in_order(item.index, item.chunk, flags, need)
+        self.answered += 1
         while self.answered in self._pending:
             chunk, flags, need = self._pending.pop(self.answered)
             self.answered_in_order(self.answered, chunk, flags, need)
@@ -362,7 +365,8 @@ class _Call:
         raise NotImplementedError
 
     def answered_in_order(self, index: int, chunk: int, flags: int, need: int) -> None:
-        self.flags[chunk] |= flags
+        if flags & FLAG_OVERFLOW:
+            self.overflowed.append(chunk)
 
     def finish(self) -> np.ndarray:
         raise NotImplementedError
@@ -388,7 +392,7 @@ class _Int32Call(_Call):
 
     def finish(self) -> np.ndarray:
         t0 = time.monotonic()
-        overflowed = np.flatnonzero(self.flags & FLAG_OVERFLOW).tolist()
+        overflowed = self.overflowed
         if overflowed:
             raise IncOverflowError(f"the int32 sum overflowed in {len(overflowed)} chunk(s) of "
                                    f"{INC_K} elements, first at element {overflowed[0] * INC_K}", overflowed)
@@ -486,7 +490,6 @@ class _Float32Call(_Call):
         if self.item_redo[index]:
             if overflow:
                 self.failed.append(chunk)
-            self.flags[chunk] = flags
         else:
             too_coarse = quantize.EXPONENT_MIN < need < int(self.used[chunk]) - self.slack
             if overflow or too_coarse:

@@ -82,7 +82,7 @@ class CongestionWindow:
     @property
     def allowed(self) -> int:
         """Packets that may be in flight now, at least one."""
-        return max(1, int(self.cwnd))
+        return int(self.cwnd) if self.cwnd >= 1 else 1
 
     def on_ack(self, seq: int) -> None:
         """The answer to packet `seq` arrived (sent once or not: it left the network)."""
