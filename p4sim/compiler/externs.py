@@ -220,6 +220,8 @@ class ExternGen(CodeGen):
                 items = a[1].items if isinstance(a[1], ast.ListExpr) else [a[1]]
                 vals = [self.expr(x, ctx) for x in items]
             self.emit(f"LOG_MSG({self.expr(a[0], ctx)}, ({''.join(v + ', ' for v in vals)}))")
+        elif name == "static_assert":
+            pass                        # decided by the checker at compile time
         elif name in ("assert", "assume"):
             self.emit(f"if not {self.expr(a[0], ctx)}: raise AssertFailed({name!r} + ' failed at {c.pos.file}:{c.pos.line}')")
         else:

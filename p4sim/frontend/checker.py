@@ -1317,9 +1317,21 @@ class Checker:
             raise error_at(e, f"cannot tell the result type of `{expr_text(e.func)}`; give it as a type argument")
         if target.kind == "extern_func" and target.name == "digest":
             self.note_digest(e)
+        if target.kind == "extern_func" and target.name == "static_assert":
+            self.static_assert(e)
+            return ret                  # p4c folds it to `true`: no call is left in the program
         if target.kind == "extern_func" and not self._in_parser:
             self.info.control_calls_extern_function = True
         return ret
+
+    def static_assert(self, e: ast.Call) -> None:
+        """core.p4's static_assert(check[, message]), decided here at compile time as p4c does."""
+        check = self.const_value(e.args[0])
+        if not isinstance(check, bool):
+            raise error_at(e.args[0], "static_assert needs a condition known at compile time")
+        if not check:
+            message = e.args[1].value if len(e.args) > 1 and isinstance(e.args[1], ast.StrLit) else None
+            raise error_at(e, f"static_assert failed: {message or expr_text(e.args[0])}")
 
     def note_digest(self, e: ast.Call) -> None:
         data = e.args[1]
@@ -1413,6 +1425,8 @@ def _const_raw(e: ast.Expr, errors: dict[str, int]) -> Any:
         if a is None or b is None:
             return None
         return fold_binary(e.op, a, b, e.left.type, e.right.type, e.type)
+    if isinstance(e, ast.Call) and getattr(e.target, "name", None) == "static_assert":
+        return True                     # it failed the compile if it did not hold
     if isinstance(e, ast.Cond):
         c = const_value(e.cond, errors)
         if c is None:

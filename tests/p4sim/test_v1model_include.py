@@ -294,3 +294,22 @@ def test_frames_are_counted_per_ingress_port(monitor):
         monitor.process(port, frame(KNOWN_B if port == 1 else KNOWN_A, KNOWN_A if port == 1 else KNOWN_B))
     counts = monitor.state.counters["MyIngress.frames_in"].packets
     assert (counts[1], counts[2], counts[3]) == (2, 1, 0)
+
+
+# --- core.p4's static_assert, decided at compile time -----------------------------------
+
+def test_static_assert_that_holds_is_true_and_leaves_nothing_to_run(tmp_path):
+    prog = write_program(
+        tmp_path, locals_="const bool V1_OK = static_assert(V1MODEL_VERSION >= 20180101, \"v1model too old\");",
+        apply="static_assert(V1_OK); sm.egress_spec = 2;")
+    assert Switch(compile_file(prog)).process(0, bytes(5)) == [(2, bytes(5))]
+
+
+@pytest.mark.parametrize(("check", "message"), [
+    ("static_assert(V1MODEL_VERSION >= 20200408, \"needs the typed externs\");", "needs the typed externs"),
+    ("static_assert(1 == 2);", "1 == 2"),
+])
+def test_static_assert_that_fails_stops_the_compile_with_its_message(tmp_path, check, message):
+    prog = write_program(tmp_path, apply=check)
+    with pytest.raises(P4Error, match=f"prog.p4:12:.*static_assert failed: {message}"):
+        compile_file(prog)
