@@ -58,10 +58,10 @@ def build_p4info(info: ProgramInfo) -> P4Info:
         msg = p4info.actions.add()
         _preamble(msg.preamble, ids.get(Prefix.ACTION, a.name), a.name, aliases, a.annotations)
         _params(msg.params, info.control_plane_params(a.name), p4info)
-    for c in info.counters.values():
+    for c in _counters(info):
         _resource(c, p4info.counters, p4info.direct_counters, Prefix.COUNTER, Prefix.DIRECT_COUNTER,
                   p4info_pb2.CounterSpec.Unit, ids, aliases)
-    for m in info.meters.values():
+    for m in _meters(info):
         _resource(m, p4info.meters, p4info.direct_meters, Prefix.METER, Prefix.DIRECT_METER,
                   p4info_pb2.MeterSpec.Unit, ids, aliases)
     for h in info.controller_headers.values():
@@ -141,10 +141,10 @@ def _assign_ids(info: ProgramInfo) -> _Ids:
         symbols[(Prefix.TABLE, t.name)] = t.annotations
     for a in info.actions.values():
         symbols[(Prefix.ACTION, a.name)] = a.annotations
-    for c in info.counters.values():
+    for c in _counters(info):
         kind = Prefix.COUNTER if c.direct_table is None else Prefix.DIRECT_COUNTER
         symbols[(kind, c.name)] = c.annotations
-    for m in info.meters.values():
+    for m in _meters(info):
         kind = Prefix.METER if m.direct_table is None else Prefix.DIRECT_METER
         symbols[(kind, m.name)] = m.annotations
     for r in info.registers.values():
@@ -228,6 +228,20 @@ def _preamble(preamble: p4info_pb2.Preamble, id_: int, name: str, aliases: _Alia
     for a in docs:
         text = a.split("(", 1)[1].rsplit(")", 1)[0].strip().strip('"')
         setattr(preamble.doc, annotation_name(a), text)
+
+
+def _counters(info: ProgramInfo) -> list[CounterInfo]:
+    return _in_p4info_order(info.counters, [t.direct_counter for t in info.tables.values()])
+
+
+def _meters(info: ProgramInfo) -> list[MeterInfo]:
+    return _in_p4info_order(info.meters, [t.direct_meter for t in info.tables.values()])
+
+
+def _in_p4info_order(resources: dict, owned: list[str | None]) -> list:
+    """Indirect counters or meters in declaration order, then the direct ones in the order of
+    the tables that own them: p4c adds those with their table, and leaves out one no table owns."""
+    return [r for r in resources.values() if r.direct_table is None] + [resources[n] for n in owned if n]
 
 
 def _resource(r: CounterInfo | MeterInfo, indirect, direct, prefix: int, direct_prefix: int, units,

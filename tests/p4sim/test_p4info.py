@@ -300,3 +300,15 @@ def test_table_of_size_zero_is_listed_with_the_default_size():
     info.tables = {"c.t": ir.TableInfo("c.t", (ir.MatchField("k", 8, "exact"),), (ir.ActionRef("NoAction"),), size=0)}
     (t,) = build_p4info(info).tables
     assert t.size == 1024
+
+
+def test_direct_counters_follow_their_tables_and_an_unbound_one_is_left_out():
+    # p4c adds a direct counter with the table that owns it (p4RuntimeArchStandard's table
+    # properties), so table order decides; one that no table names is not in P4Info.
+    info = ir.ProgramInfo("x.p4")
+    info.actions = {"NoAction": ir.ActionInfo("NoAction")}
+    info.counters = {n: ir.CounterInfo(n, "PACKETS", direct_table=t)
+                     for n, t in (("c.second", "c.t2"), ("c.first", "c.t1"), ("c.spare", ""))}
+    info.tables = {t: ir.TableInfo(t, (ir.MatchField("k", 8, "exact"),), (ir.ActionRef("NoAction"),),
+                                   direct_counter=c) for t, c in (("c.t1", "c.first"), ("c.t2", "c.second"))}
+    assert [c.preamble.name for c in build_p4info(info).direct_counters] == ["c.first", "c.second"]
