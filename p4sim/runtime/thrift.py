@@ -42,17 +42,13 @@ from thrift.Thrift import TApplicationException
 from thrift.TMultiplexedProcessor import TMultiplexedProcessor
 from thrift.transport import TSocket, TTransport
 
-from ..ir import ActionInfo, ProgramInfo, TableInfo
+from ..ir import BMV2_PRIORITY_TOP, ActionInfo, ProgramInfo, TableInfo, priority_from_bmv2
 from ..state import SLOT_MASK, CloneSession, StateError, SwitchState, TableEntry, TableState
 from .bmv2_json import bmv2_json, table_match_type
 
 log = logging.getLogger(__name__)
 
 DEFAULT_THRIFT_PORT = 9090
-# BMv2 priorities: smaller wins, 0 and up. State keeps P4Runtime's (larger wins, above 0),
-# mapped as PI maps them for BMv2 (p4lang/PI targets/bmv2/pi_tables_imp.cpp, PriorityInverter:
-# bmv2 = INT32_MAX - p4runtime), so both runtimes see one order and read back each other's.
-PRIORITY_MAX = 2**31 - 1
 NO_PRIORITY = -1                  # what BMv2 reports for entries of exact and lpm tables
 MICROS = 1_000_000                # BMv2 meter rates are per microsecond, state's per second
 MAX_MGID = 0xFFFF                 # v1model's mcast_grp is 16 bits
@@ -731,13 +727,14 @@ def _key(data: bytes | None, bitwidth: int) -> int:
 
 
 def _priority(table: TableInfo, options: BmAddEntryOptions | None) -> int:
-    """State's priority for a BMv2 one; tables without ternary, range or optional keys have none."""
+    """State's priority (P4Runtime's, as PI maps them) for a BMv2 one, smaller wins; tables
+    without ternary, range or optional keys have none."""
     if table_match_type(table) not in ("ternary", "range"):
         return 0
     bmv2 = 0 if options is None or options.priority is None else options.priority
-    if not 0 <= bmv2 < PRIORITY_MAX:
+    if not 0 <= bmv2 < BMV2_PRIORITY_TOP:
         raise InvalidTableOperation(TableCode.BAD_MATCH_KEY)
-    return PRIORITY_MAX - bmv2
+    return priority_from_bmv2(bmv2)
 
 
 def _bm_entry(table: TableInfo, entry: TableEntry, action: BmActionEntry) -> BmMtEntry:
@@ -758,7 +755,7 @@ def _bm_entry(table: TableInfo, entry: TableEntry, action: BmActionEntry) -> BmM
             value, mask = (0, 0) if m is None else (m[1], m[2] if kind == "ternary" else top)
             params.append(BmMatchParam(type=BmMatchParamType.TERNARY,
                                        ternary=BmMatchParamTernary(_bytes(value, w), _bytes(mask, w))))
-    priority = PRIORITY_MAX - entry.priority if table_match_type(table) in ("ternary", "range") else NO_PRIORITY
+    priority = BMV2_PRIORITY_TOP - entry.priority if table_match_type(table) in ("ternary", "range") else NO_PRIORITY
     life = None
     if entry.idle_timeout_ns:
         since_hit = (time.monotonic_ns() - entry.last_hit_ns) // 1_000_000

@@ -265,3 +265,16 @@ def test_mirroring_sessions_made_with_the_cli_carry_egress_clones(served):
     out = run_cli(port, "mirroring_delete 5\nmirroring_delete 5\n")
     assert cli_errors(out) == ["Invalid mirroring operation (SESSION_NOT_FOUND)"]
     assert [p for p, _ in switch.process(0, ether("00:00:00:00:00:02"))] == [2]
+
+
+def test_reset_state_empties_tables_and_restores_defaults_but_keeps_the_program(router):
+    switch, server = router
+    table, action = "MyIngress.ipv4_lpm", "MyIngress.ipv4_forward"
+    run_cli(server.port, f"table_add {table} {action} 10.0.0.0/8 => 00:00:00:00:02:02 2\n"
+                         f"table_set_default {table} {action} 00:00:00:00:03:03 3\n")
+    assert switch.process(0, ipv4_frame("11.0.0.1"))[0][0] == 3
+    out = run_cli(server.port, f"reset_state\ntable_num_entries {table}\ntable_dump {table}\n")
+    assert "RuntimeCmd: 0\n" in out and "Action entry: MyIngress.drop - " in out
+    assert switch.process(0, ipv4_frame("10.0.0.1")) == []        # the P4 default drops again
+    assert "Entry has been added with handle 16777216" in run_cli(     # slot 0, a new version
+        server.port, f"table_add {table} {action} 10.0.0.0/8 => 00:00:00:00:02:02 2\n")

@@ -21,7 +21,8 @@ from controller.switch import Pipeline, Switch as ControllerSwitch
 from p4sim import Program, Switch, compile_file
 from p4sim.p4info import build_p4info
 from p4sim.runtime.p4runtime import P4RuntimeService, serve
-from p4sim.runtime.thrift import PRIORITY_MAX, serve_thrift
+from p4sim.ir import BMV2_PRIORITY_TOP as PRIORITY_MAX
+from p4sim.runtime.thrift import serve_thrift
 from topologies.spec import star
 
 from tests.controller.conftest import free_port
