@@ -172,6 +172,11 @@ class ThriftRuntime:
             raise InvalidTableOperation(TableCode.INVALID_TABLE_NAME)
         return self.switch.state
 
+    def arrays(self, kind: str) -> dict[str, Any]:
+        """The state's counters, meters or registers by name; none before a program is loaded,
+        so each service answers with its own "invalid name" error."""
+        return {} if self.switch.state is None else getattr(self.switch.state, kind)
+
     def config(self) -> str:
         """The BMv2 JSON of the running program, made once per program."""
         program = self.switch.program
@@ -486,19 +491,19 @@ class StandardHandler(_Unsupported):
         return _bm_entry(table.info, entry, self._action_entry(entry.action, entry.args))
 
     def _counter(self, name: str) -> Any:
-        array = self.rt.state().counters.get(name)
+        array = self.rt.arrays("counters").get(name)
         if array is None:        # unknown, or a direct counter (read through its table)
             raise InvalidCounterOperation(CounterOperationErrorCode.INVALID_COUNTER_NAME)
         return array
 
     def _meter(self, name: str) -> Any:
-        array = self.rt.state().meters.get(name)
+        array = self.rt.arrays("meters").get(name)
         if array is None:
             raise InvalidMeterOperation(MeterOperationErrorCode.INVALID_METER_NAME)
         return array
 
     def _register(self, name: str) -> Any:
-        array = self.rt.state().registers.get(name)
+        array = self.rt.arrays("registers").get(name)
         if array is None:
             raise InvalidRegisterOperation(RegisterOperationErrorCode.INVALID_REGISTER_NAME)
         return array
