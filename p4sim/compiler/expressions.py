@@ -55,6 +55,8 @@ class ExprGen(CodeGen):
 
     def x_Index(self, e: ast.Index, ctx) -> str:
         i = const_value(e.index, self.cp.errors)
+        if isinstance(e.expr.type, TupleType):
+            return f"{self.expr(e.expr, ctx)}[{i}]"
         if i is not None:                        # the checker proved it in bounds
             return f"{self.expr(e.expr, ctx)}.items[{i}]"
         return f"{self.expr(e.expr, ctx)}.at({self.expr(e.index, ctx)})"

@@ -5,7 +5,8 @@ value). A varbit field holds its value, and its length in bits in the slot `_n_<
 """
 from __future__ import annotations
 
-from ..frontend.types import BitType, BoolType, StackType, StructType, Type, VarbitType, field_width
+from ..frontend.types import (BitType, BoolType, StackType, StructType, TupleType, Type, VarbitType,
+                              field_width)
 from .common import CodeGen, attr, cls_name, mask
 
 
@@ -35,6 +36,8 @@ class LayoutGen(CodeGen):
             return f"Stack([{cls_name(t.elem)}() for _ in range({t.size})], {cls_name(t.elem)})"
         if isinstance(t, BoolType):
             return "False"
+        if isinstance(t, TupleType):
+            return "(" + "".join(self.init_value(x) + ", " for x in t.elems) + ")"
         return "0"
 
     def struct_class(self, t: StructType) -> None:

@@ -7,6 +7,10 @@ from ..frontend.types import ActionRunType, StackType, StructType, Type
 from .common import CodeGen, Ctx, attr, mask
 
 
+def is_union_member(e: ast.Expr) -> bool:
+    return isinstance(e, ast.Member) and isinstance(e.expr.type, StructType) and e.expr.type.kind == "header_union"
+
+
 class StmtGen(CodeGen):
     # ---- statements -------------------------------------------------------------
     def block(self, b: ast.Block, ctx: Ctx) -> None:
@@ -109,7 +113,14 @@ class StmtGen(CodeGen):
         if isinstance(lhs, ast.Slice):
             self.assign_value(lhs, self.expr(rhs, ctx), ctx)
             return
-        self.assign_to(self.lvalue(lhs, ctx), lhs.type, rhs, ctx)
+        target = self.lvalue(lhs, ctx)
+        self.assign_to(target, lhs.type, rhs, ctx)
+        if is_union_member(lhs):
+            # A valid header assigned to a union member makes the other members invalid.
+            self.emit(f"if {target}._v:")
+            self.ind += 1
+            self.union_siblings(lhs, ctx)
+            self.ind -= 1
 
     def assign_value(self, lhs: ast.Expr, v: str, ctx: Ctx) -> None:
         """Store a computed value (Python expression v) into an lvalue, slices included."""
@@ -186,7 +197,7 @@ class StmtGen(CodeGen):
             raise error_at(c, "unsupported call")
 
     def union_siblings(self, h: ast.Expr, ctx: Ctx) -> None:
-        if isinstance(h, ast.Member) and isinstance(h.expr.type, StructType) and h.expr.type.kind == "header_union":
+        if is_union_member(h):
             u = self.expr(h.expr, ctx)
             for other in h.expr.type.fields:
                 if other != h.name:

@@ -1035,6 +1035,11 @@ class Checker:
 
     def e_Index(self, e: ast.Index, scope: Scope, expected) -> Type:
         base = self.expr(e.expr, scope)
+        if isinstance(base, TupleType):
+            i = self.const_int(e.index, scope)
+            if not 0 <= i < len(base.elems):
+                raise error_at(e.index, f"index {i} is outside {base}")
+            return base.elems[i]
         if not isinstance(base, StackType):
             raise error_at(e, f"cannot index a {base}")
         self.expr(e.index, scope, U32)
@@ -1211,6 +1216,12 @@ class Checker:
             return
         if isinstance(src, EnumType) and src.underlying == target:
             return                    # a serializable enum converts to its underlying type
+        if isinstance(src, TupleType) and isinstance(target, TupleType) and isinstance(e, ast.ListExpr) \
+                and len(src.elems) == len(target.elems):
+            for item, et in zip(e.items, target.elems):
+                self.assignable(et, item, item)
+            e.type = target
+            return
         if not _same_type(src, target):
             hint = " (cast it)" if isinstance(src, BitType) and isinstance(target, BitType) else ""
             raise error_at(where, f"cannot assign {src} to {target}{hint}")

@@ -194,3 +194,26 @@ control D(packet_out pkt, in H hdr) { apply { pkt.emit(hdr.h); } }
         "              implementation = action_selector(HashAlgorithm.crc16, 32w64, 32w14); }") + 1
     assert str(err.value).startswith(f"{path}:{line}:")
     assert "implementation" in err.value.message and "not supported by p4sim" in err.value.message
+
+
+def test_union_member_assignment_and_tuple_values(tmp_path):
+    prog = """
+header h_t { bit<8> a; bit<8> b; }
+header_union u_t { h_t x; h_t y; }
+struct H { h_t h; u_t u; }
+struct M { }
+parser P(packet_in pkt, out H hdr, inout M m, inout standard_metadata_t sm) {
+    state start { pkt.extract(hdr.h); transition accept; }
+}
+control I(inout H hdr, inout M m, inout standard_metadata_t sm) {
+    apply {
+        sm.egress_spec = 1;
+        tuple<bit<8>, bit<8>> t = {hdr.h.b, 7};
+        hdr.u.x = hdr.h;              // x valid
+        hdr.u.y = hdr.u.x;            // a valid header into y: x becomes invalid
+        hdr.u.y.a = t[1];
+    }
+}
+control D(packet_out pkt, in H hdr) { apply { pkt.emit(hdr.h); pkt.emit(hdr.u); } }
+"""
+    assert run(tmp_path, prog, [(0, bytes.fromhex("01 02"))]) == [[(1, bytes.fromhex("0102 0702"))]]
