@@ -20,7 +20,7 @@ from hosts.agent import IncError, JobConfig, Worker
 from hosts.inc import RING_PORT
 from hosts.ring import RingConfig, RingWorker
 from hosts.transport import UdpPeerTransport, UdpTransport
-from hosts.worker import expected_sum, generated_tensor
+from hosts.worker import check_generated, generated_tensor
 
 log = logging.getLogger("bench.worker")
 
@@ -50,11 +50,10 @@ def call_stats(agent: Worker | RingWorker) -> dict:
 
 
 def sum_is_right(result: np.ndarray, trial: dict, workers: int) -> bool:
-    """The AllReduce of the trial's generated tensors against numpy: exact for int32."""
-    want = expected_sum(trial["seed"], workers, max(1, trial["bytes"] // 4), trial["dtype"])
-    if trial["dtype"] == "int32":
-        return bool(np.array_equal(result, want))
-    return bool(np.allclose(result, want, rtol=1e-4, atol=1e-4 * float(np.max(np.abs(want)))))
+    """The AllReduce of the trial's generated tensors against numpy, within docs/protocol.md's
+    bound (hosts.numerics; exact for int32)."""
+    return check_generated(result, trial["seed"], workers, max(1, trial["bytes"] // 4), trial["dtype"],
+                           summed_on_hosts=trial["algorithm"] != "inc").correct
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,6 +2,7 @@
 into K-element packets and keeps a window of slots in flight through a Transport. Its
 timers and window adapt to what it measures (hosts/pacing.py); it reports int32 overflow
 instead of returning a wrong sum, and each call's counts and times in `Worker.last_stats`.
+float16 and bfloat16 go the float32 way (block floating point) and are rounded back once.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from hosts import quantize
+from hosts import numerics, quantize
 from hosts.inc import (ELEMENT_BYTES, FLAG_OVERFLOW, INC_K, MAX_WORKERS, OP_CONTRIB, OP_RESULT,
                        IncFormatError, IncHeader, elements_view, pack_header, unpack_header)
 from hosts.pacing import CongestionWindow, RtoEstimator
@@ -32,7 +33,8 @@ class IncError(RuntimeError):
 
 
 class IncOverflowError(IncError):
-    """The sum does not fit: int32 wrapped, or float32 values too large or not finite."""
+    """The sum does not fit: int32 wrapped, float values too large or not finite, or a float
+    sum beyond its dtype's range."""
 
     def __init__(self, message: str, chunks: list[int]) -> None:
         super().__init__(message)
@@ -58,7 +60,7 @@ class JobConfig:
     min_rto: float = 0.02        # bounds of the measured retransmission timeout, seconds
     max_rto: float = 2.0
     give_up_after: float = 30.0  # seconds a chunk may wait for its result before IncTimeoutError
-    exponent_slack: int = 4      # float32: redo a chunk whose exponent was this much too big
+    exponent_slack: int = quantize.EXPONENT_SLACK   # floats: redo a chunk whose exponent was this much too big
     exponent_margin: int = 1     # float32: guess one binade above the exponent agreed for a neighbour
 
     def __post_init__(self) -> None:
@@ -155,8 +157,8 @@ class Worker:
     def allreduce(self, array: np.ndarray) -> np.ndarray:
         """The element-wise sum of `array` over all workers, same shape and dtype."""
         array = np.asarray(array)
-        if array.dtype not in (np.int32, np.float32):
-            raise TypeError(f"allreduce takes int32 or float32 arrays, not {array.dtype}")
+        if array.dtype not in numerics.SUM_DTYPES:
+            raise TypeError(f"allreduce takes {', '.join(map(str, numerics.SUM_DTYPES))} arrays, not {array.dtype}")
         if array.size == 0:
             return array.copy()
         call = (_Int32Call if array.dtype == np.int32 else _Float32Call)(self, array)
@@ -417,10 +419,11 @@ class _Float32Call(_Call):
         self.window = cfg.window
         self.slack = cfg.exponent_slack
         self.margin = cfg.exponent_margin
+        self.dtype = array.dtype
         chunks = np.zeros((self.m, INC_K), np.float64)
         chunks.ravel()[:self.size] = array.ravel()
         # x * 2^(30 - L): the wire value at exponent E is rint of this * 2^-E (scaling by 2^k is exact)
-        self.scaled = chunks * 2.0 ** (30 - quantize.headroom_bits(self.n))
+        self.scaled = chunks * 2.0 ** (quantize.WIRE_BITS - quantize.headroom_bits(self.n))
         self.fits_at = quantize.chunk_exponents(chunks)            # the smallest exponent each chunk fits
         self.local = np.minimum(self.fits_at, quantize.EXPONENT_MAX)
         self.agreed = np.full(self.m, quantize.EXPONENT_MIN, np.int64)
@@ -505,13 +508,13 @@ class _Float32Call(_Call):
         self.worker._basis = self.agreed.copy()
         failed = sorted(self.failed)
         if failed:
-            raise IncOverflowError(f"float32 values too large or not finite in {len(failed)} chunk(s), "
+            raise IncOverflowError(f"{self.dtype} values too large or not finite in {len(failed)} chunk(s), "
                                    f"first at element {failed[0] * INC_K}", failed)
-        values = quantize.dequantize(self.sums, self.used, self.n)
-        # Each input fits float32, their sum need not (N values near 2^127).
-        too_big = np.flatnonzero(~np.all(np.isfinite(values), axis=1)).tolist()
+        values, finite = numerics.from_sums(quantize.dequantize(self.sums, self.used, self.n), self.dtype)
+        # Each input fits its dtype, their sum need not (N values near 2^127, or beyond float16's 65504).
+        too_big = np.flatnonzero(~finite).tolist()
         if too_big:
-            raise IncOverflowError(f"the float32 sum exceeds float32's range in {len(too_big)} chunk(s), "
+            raise IncOverflowError(f"the {self.dtype} sum exceeds {self.dtype}'s range in {len(too_big)} chunk(s), "
                                    f"first at element {too_big[0] * INC_K}", too_big)
         out = values.ravel()[:self.size].reshape(self.shape)
         self.stats.finish_s = time.monotonic() - t0

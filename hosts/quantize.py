@@ -1,6 +1,6 @@
-"""Block floating point for float32 AllReduce: each K-element chunk travels as int32
+"""Block floating point for float AllReduce: each K-element chunk travels as int32
 q = round(x * 2^s) with a shared exponent E (all |x| < 2^E) and s = 30 - ceil(log2 N) - E,
-so the switch's N-way int32 sum cannot overflow. Error bound: see docs/protocol.md.
+so the switch's N-way int32 sum cannot overflow. Error bound: hosts/numerics.py, docs/protocol.md.
 """
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import numpy as np
 
 EXPONENT_MIN = -128     # an all-zero chunk: no constraint
 EXPONENT_MAX = 127      # int8; values at or above 2^127 cannot be represented
+WIRE_BITS = 30          # |q| < 2^(WIRE_BITS - L): N of them sum below 2^30, a bit to spare for rounding
+EXPONENT_SLACK = 4      # a chunk sent at an exponent this much above the agreed one is not redone
 
 
 def headroom_bits(num_workers: int) -> int:
@@ -19,7 +21,7 @@ def headroom_bits(num_workers: int) -> int:
 
 def scale_bits(exponents: np.ndarray, num_workers: int) -> np.ndarray:
     """s per chunk: one bit of margin for rounding, headroom for the sum."""
-    return 30 - headroom_bits(num_workers) - np.asarray(exponents, dtype=np.int64)
+    return WIRE_BITS - headroom_bits(num_workers) - np.asarray(exponents, dtype=np.int64)
 
 
 def chunk_exponents(chunks: np.ndarray) -> np.ndarray:
@@ -51,12 +53,7 @@ def quantize(chunks: np.ndarray, exponents: np.ndarray, num_workers: int) -> tup
 
 
 def dequantize(sums: np.ndarray, exponents: np.ndarray, num_workers: int) -> np.ndarray:
-    """Float32 rows from the switch's int32 sums at the exponents they were sent with; a sum
-    beyond float32's range comes out as +-inf (the caller reports it)."""
-    with np.errstate(over="ignore"):
-        return np.ldexp(sums.astype(np.float64), -scale_bits(exponents, num_workers)[:, None]).astype(np.float32)
+    """Float64 rows, exact, from the switch's int32 sums at the exponents they were sent with;
+    the caller rounds them once into the call's dtype (numerics.from_sums)."""
+    return np.ldexp(sums.astype(np.float64), -scale_bits(exponents, num_workers)[:, None])
 
-
-def error_bound(exponents: np.ndarray, num_workers: int) -> np.ndarray:
-    """Per row, the largest |sum - exact sum| before the final float32 rounding: N half-units."""
-    return num_workers * 0.5 * np.ldexp(1.0, -scale_bits(exponents, num_workers))

@@ -119,14 +119,6 @@ def run_allreduce(fabric: Fabric, job: JobSpec, tensors: list[np.ndarray], work_
             end_child(proc)
 
 
-def float_tolerance(tensors: list[np.ndarray]) -> float:
-    """How far a float32 AllReduce may be from the exact sum: block floating point keeps
-    about 20 bits of the largest value in a packet (docs/protocol.md), so allow N * max|x| * 2^-18.
-    """
-    largest = max(float(np.max(np.abs(t), initial=0.0)) for t in tensors)
-    return len(tensors) * max(largest, 1e-30) * 2.0 ** -18
-
-
 def _last_json_line(stdout: str, worker: int) -> dict:
     for line in reversed(stdout.splitlines()):
         try:

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from p4sim import Switch
 
-from hosts import quantize
 from hosts.agent import IncOverflowError, IncTimeoutError, JobConfig, Worker
 from hosts.inc import INC_K
 from hosts.inprocess import Faults, InProcessFabric
+from tests.hosts.documented import documented_bound
 from tests.hosts.conftest import Job, counter, host, install_forwarding, install_job
 
 LOSSY = Faults(loss=0.05, duplicate=0.05, reorder=0.1, max_delay=0.003, seed=3)
@@ -65,10 +65,7 @@ def test_float32_sum_is_within_the_quantisation_bound(switch: Switch, n: int, le
     rng = np.random.default_rng(n * 1000 + length)
     inputs = [(rng.standard_normal(length) * 10.0 ** rng.integers(-3, 4)).astype(np.float32) for _ in range(n)]
     exact = np.sum(np.array(inputs, np.float64), axis=0)
-    # the bound for the exponents the workers settle on: the true per-chunk ones, or up to slack above
-    chunks_max = np.max(np.abs(np.array(inputs, np.float64)), axis=0)
-    worst_exponent = int(np.frexp(chunks_max.max())[1]) + JobConfig(0, 0, n).exponent_slack
-    bound = quantize.error_bound(np.array([worst_exponent]), n)[0] + np.abs(exact) * 2.0**-24
+    bound = documented_bound(inputs)
     for out in run_allreduce(switch, [inputs])[0]:
         assert out.dtype == np.float32 and out.shape == (length,)
         assert np.all(np.abs(out - exact) <= bound)
@@ -94,7 +91,7 @@ def test_float32_survives_loss_and_adapts_its_exponent_between_calls(switch: Swi
     for call, outs, s in zip(calls, run_allreduce(switch, calls, faults=LOSSY), scales):
         exact = np.sum(np.array(call, np.float64), axis=0)
         for out in outs:
-            np.testing.assert_allclose(out, exact, rtol=0, atol=s * 1e-4)
+            assert np.all(np.abs(out - exact) <= documented_bound(call))
 
 
 def test_int32_overflow_is_raised_on_every_worker_not_wrapped(switch: Switch) -> None:
@@ -146,5 +143,5 @@ def test_missing_peer_times_out_with_a_clear_error(switch: Switch) -> None:
 
 def test_wrong_dtype_is_refused() -> None:
     worker = Worker(JobConfig(1, 0, 2), transport=None)    # never reaches the transport
-    with pytest.raises(TypeError, match="int32 or float32"):
+    with pytest.raises(TypeError, match="int32, float32, float16, bfloat16 arrays, not float64"):
         worker.allreduce(np.ones(3, np.float64))

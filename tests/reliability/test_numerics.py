@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from p4sim import Switch
 
-from hosts import quantize
-from hosts.agent import IncOverflowError, JobConfig
+from hosts.agent import IncOverflowError
 from hosts.inc import INC_K
+from tests.hosts.documented import documented_bound
 from tests.hosts.test_allreduce import run_allreduce
 
 log = logging.getLogger(__name__)
@@ -54,17 +54,6 @@ def wide_range_inputs(rng: np.random.Generator, exponents: np.ndarray) -> list[n
     return out
 
 
-def bound_per_element(inputs: list[np.ndarray]) -> np.ndarray:
-    """docs/protocol.md: |error| <= chunk max * N * 2^(L + slack - 30), plus the float32 rounding
-    of the result (half a unit: 2^-24 relative, 2^-150 absolute)."""
-    slack = JobConfig(0, 0, N).exponent_slack
-    x = np.array(inputs, np.float64)
-    chunk_max = np.abs(x).reshape(N, CHUNKS, INC_K).max(axis=(0, 2))
-    exact = x.sum(axis=0)
-    relative = N * 2.0 ** (quantize.headroom_bits(N) + slack - 30)
-    return np.repeat(chunk_max * relative, INC_K) + np.abs(exact) * 2.0**-24 + 2.0**-150
-
-
 def test_float32_with_a_wide_dynamic_range_stays_within_the_stated_bound(switch: Switch) -> None:
     rng = np.random.default_rng(7)
     exponents = rng.integers(-140, 125, CHUNKS)
@@ -73,7 +62,7 @@ def test_float32_with_a_wide_dynamic_range_stays_within_the_stated_bound(switch:
     calls = [wide_range_inputs(rng, exponents), wide_range_inputs(rng, rng.permutation(exponents))]
     for c, (inputs, outs) in enumerate(zip(calls, run_allreduce(switch, calls))):
         exact = np.sum(np.array(inputs, np.float64), axis=0)
-        bound = bound_per_element(inputs)
+        bound = documented_bound(inputs)
         error = np.array([np.abs(out.astype(np.float64) - exact) for out in outs])
         log.info("float32 call %d: chunk scales 2^%d..2^%d; worst error %.3g of the bound, largest %.3g",
                  c, exponents.min(), exponents.max(), (error / bound).max(), error.max())

@@ -1,0 +1,95 @@
+"""The dtypes an AllReduce sums, and how far from the exact sum a result may be: the one
+tolerance docs/protocol.md states, used by every check of a result (`hosts.worker --check`,
+bench, the fabric's demo, tests). int32 is exact; float dtypes travel as block floating point.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import ml_dtypes
+import numpy as np
+
+from hosts import quantize
+from hosts.inc import INC_K
+
+BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
+
+
+@dataclass(frozen=True)
+class FloatFormat:
+    """What the final rounding of a float sum into its dtype costs."""
+    precision: int              # significand bits, the implicit one included
+    smallest_subnormal: int     # log2 of the smallest positive value
+
+
+FLOAT_FORMATS: dict[np.dtype, FloatFormat] = {
+    np.dtype(np.float32): FloatFormat(24, -149),
+    np.dtype(np.float16): FloatFormat(11, -24),
+    BFLOAT16: FloatFormat(8, -133),
+}
+SUM_DTYPES: tuple[np.dtype, ...] = (np.dtype(np.int32), *FLOAT_FORMATS)
+
+
+@dataclass(frozen=True)
+class SumCheck:
+    """A result against the float64 sum of its inputs."""
+    max_abs_error: float
+    correct: bool
+
+
+def sum_tolerance(inputs: Sequence[np.ndarray], exponent_slack: int = quantize.EXPONENT_SLACK) -> np.ndarray:
+    """Per element, how far the AllReduce sum of `inputs` (one array per worker) may be from
+    the exact sum (docs/protocol.md, "Error bound"): 0 for int32; for floats, the block's
+    rounding N * 2^(L + slack - 30) * (its K-element chunk's largest |x| over all workers,
+    at least 2^-128), then half a unit of the result's dtype."""
+    n = len(inputs)
+    dtype = np.dtype(inputs[0].dtype)
+    shape = inputs[0].shape
+    if dtype == np.int32:
+        return np.zeros(shape)
+    fmt = FLOAT_FORMATS[dtype]
+    x = np.array([np.asarray(t, np.float64).ravel() for t in inputs])
+    size = x.shape[1]
+    chunks = -(-size // INC_K)
+    padded = np.zeros((n, chunks * INC_K))
+    padded[:, :size] = np.abs(x)
+    chunk_max = np.maximum(padded.reshape(n, chunks, INC_K).max(axis=(0, 2)), 2.0 ** quantize.EXPONENT_MIN)
+    relative = n * 2.0 ** (quantize.headroom_bits(n) + exponent_slack - quantize.WIRE_BITS)
+    block = np.repeat(chunk_max * relative, INC_K)[:size]
+    exact = np.abs(x.sum(axis=0))
+    final = (exact + block) * 2.0 ** -fmt.precision + 2.0 ** (fmt.smallest_subnormal - 1)
+    return (block + final).reshape(shape)
+
+
+def host_sum_tolerance(inputs: Sequence[np.ndarray]) -> np.ndarray:
+    """Per element, how far a sum added up on hosts in the inputs' float dtype (the ring and MPI
+    baselines) may be: N - 1 roundings, in any order, at most (N - 1) * 2^-p * sum |x|
+    (docs/protocol.md, the ring baseline); 0 for int32, which wraps as numpy's sum does."""
+    dtype = np.dtype(inputs[0].dtype)
+    if dtype == np.int32:
+        return np.zeros(inputs[0].shape)
+    fmt = FLOAT_FORMATS[dtype]
+    magnitude = np.sum([np.abs(np.asarray(t, np.float64)) for t in inputs], axis=0)
+    return (len(inputs) - 1) * 2.0 ** -fmt.precision * magnitude + 2.0 ** (fmt.smallest_subnormal - 1)
+
+
+def check_sum(result: np.ndarray, inputs: Sequence[np.ndarray], summed_on_hosts: bool = False) -> SumCheck:
+    """`result` against the float64 (int64) sum of `inputs`: within `sum_tolerance`, or for
+    a baseline that adds on the hosts (`summed_on_hosts`), `host_sum_tolerance`."""
+    wide = np.int64 if np.dtype(inputs[0].dtype) == np.int32 else np.float64
+    exact = np.sum([np.asarray(t, wide) for t in inputs], axis=0)
+    if summed_on_hosts and wide is np.int64:      # the ring wraps around, as numpy's int32 sum
+        exact = exact.astype(np.int32)
+    error = np.abs(np.asarray(result, np.float64) - exact)
+    tolerance = host_sum_tolerance(inputs) if summed_on_hosts else sum_tolerance(inputs)
+    correct = result.shape == exact.shape and bool(np.all(error <= tolerance))
+    return SumCheck(float(np.max(error, initial=0.0)), correct)
+
+
+def from_sums(values: np.ndarray, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+    """Float64 sums in `dtype` (rounded once, to nearest), and per row whether they stayed
+    finite: a sum beyond the dtype's range must be reported, never returned as inf."""
+    with np.errstate(over="ignore"):
+        out = values.astype(dtype)
+    return out, np.all(np.isfinite(out.astype(np.float64)), axis=-1)

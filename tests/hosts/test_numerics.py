@@ -1,0 +1,63 @@
+"""hosts.numerics: the one tolerance every check uses is docs/protocol.md's bound (written out
+independently in tests/hosts/documented.py), and a result outside it is reported wrong."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hosts.numerics import BFLOAT16, check_sum, host_sum_tolerance, sum_tolerance
+from tests.hosts.documented import documented_bound
+
+FLOATS = [np.dtype(np.float32), np.dtype(np.float16), BFLOAT16]
+
+
+def inputs_for(n: int, dtype: np.dtype, length: int = 100, seed: int = 0) -> list[np.ndarray]:
+    rng = np.random.default_rng([seed, n])
+    scale = 10.0 ** rng.integers(-2, 3, length)      # chunks of different magnitude
+    return [(rng.standard_normal(length) * scale).astype(dtype) for _ in range(n)]
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("n", [2, 3, 4, 8])
+def test_sum_tolerance_is_the_documented_bound(n: int, dtype: np.dtype) -> None:
+    inputs = inputs_for(n, dtype)
+    np.testing.assert_allclose(sum_tolerance(inputs), documented_bound(inputs), rtol=1e-12, atol=0)
+
+
+def test_the_bound_at_eight_workers_is_two_to_the_minus_twenty_of_the_chunk_max() -> None:
+    inputs = [np.zeros(32, np.float32) for _ in range(8)]
+    inputs[3][7] = 1.0
+    # 2^-20 from the block, then the float32 rounding of a sum of 1 (and of its error)
+    expected = 2.0**-20 + (1.0 + 2.0**-20) * 2.0**-24 + 2.0**-150
+    assert sum_tolerance(inputs)[7] == pytest.approx(expected, rel=1e-12)
+
+
+def test_int32_tolerance_is_zero_and_a_wrong_element_is_caught() -> None:
+    inputs = [np.arange(40, dtype=np.int32) * (w + 1) for w in range(3)]
+    right = np.sum(inputs, axis=0, dtype=np.int32)
+    assert check_sum(right, inputs).correct
+    wrong = right.copy()
+    wrong[39] += 1
+    assert not check_sum(wrong, inputs).correct and check_sum(wrong, inputs).max_abs_error == 1.0
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_a_result_just_outside_the_bound_is_wrong_just_inside_is_right(dtype: np.dtype) -> None:
+    inputs = inputs_for(4, dtype, seed=1)
+    exact = np.sum([t.astype(np.float64) for t in inputs], axis=0)
+    bound = documented_bound(inputs)
+    inside = exact + 0.9 * bound
+    outside = inside.copy()
+    outside[50] = exact[50] + 1.1 * bound[50]
+    assert check_sum(inside, inputs).correct
+    assert not check_sum(outside, inputs).correct
+
+
+def test_a_float32_sum_added_up_on_the_hosts_passes_the_host_bound() -> None:
+    inputs = inputs_for(8, np.dtype(np.float32), length=5000, seed=2)
+    ring_order = inputs[0].copy()
+    for t in inputs[1:]:
+        ring_order = ring_order + t          # float32 additions, as the ring baseline does
+    assert check_sum(ring_order, inputs, summed_on_hosts=True).correct
+    magnitude = np.sum([np.abs(t.astype(np.float64)) for t in inputs], axis=0)
+    np.testing.assert_allclose(host_sum_tolerance(inputs), 7 * 2.0**-24 * magnitude + 2.0**-150, rtol=1e-12)
