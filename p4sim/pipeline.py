@@ -95,7 +95,7 @@ class Stack:
         """stack[index]. Out of bounds, as the P4_16 spec says (8.18): a read gives an
         unspecified value (here a fresh invalid element, fields 0) and a write has no
         effect (it lands in that throwaway element). BMv2 1.15.0 crashes instead."""
-        if index < len(self.items):
+        if 0 <= index < len(self.items):
             return self.items[index]
         return self.cls()
 

@@ -37,8 +37,8 @@ class ExprGen(CodeGen):
         if isinstance(bt, StackType):
             if e.name == "next":
                 return f"{base}.next_elem()"
-            if e.name == "last":
-                return f"{base}.last_elem()"
+            if e.name == "last":     # in a parser an empty stack's last is StackOutOfBounds
+                return f"{base}.last_elem()" if ctx.kind == "parser" else f"{base}.at({base}.nxt - 1)"
             if e.name == "lastIndex":
                 return f"(({base}.nxt - 1) & 0xffffffff)"
             if e.name == "nextIndex":

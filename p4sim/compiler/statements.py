@@ -158,6 +158,8 @@ class StmtGen(CodeGen):
         if isinstance(e, ast.Member):
             if isinstance(e.expr.type, StackType):
                 base = self.lvalue(e.expr, ctx)
+                if e.name == "last" and ctx.kind != "parser":
+                    return f"{base}.at({base}.nxt - 1)"
                 return f"{base}.last_elem()" if e.name == "last" else f"{base}.next_elem()"
             return f"{self.lvalue(e.expr, ctx)}.{attr(e.name)}"
         if isinstance(e, ast.Index):

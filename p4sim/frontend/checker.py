@@ -1246,6 +1246,14 @@ class Checker:
         if isinstance(f, ast.Member):
             base = self.expr(f.expr, scope)
             name = f.name
+            if is_header(base) and name in ("minSizeInBits", "minSizeInBytes", "maxSizeInBits", "maxSizeInBytes"):
+                if e.args:
+                    raise error_at(e, f"{name} takes no arguments")
+                vb = base.fields[base.varbit].max_width if base.varbit else 0
+                bits = base.width + (vb if name.startswith("max") else 0)
+                e.target = Target("header_size", name, base=f.expr)
+                e.size_value = bits // 8 if name.endswith("Bytes") else bits
+                return INT
             if isinstance(base, StructType) and base.kind != "struct" and name in ("isValid", "setValid", "setInvalid"):
                 if e.args:
                     raise error_at(e, f"{name} takes no arguments")
@@ -1438,6 +1446,8 @@ def _const_raw(e: ast.Expr, errors: dict[str, int]) -> Any:
         return fold_binary(e.op, a, b, e.left.type, e.right.type, e.type)
     if isinstance(e, ast.Call) and getattr(e.target, "name", None) == "static_assert":
         return True                     # it failed the compile if it did not hold
+    if isinstance(e, ast.Call) and getattr(e.target, "kind", None) == "header_size":
+        return e.size_value
     if isinstance(e, ast.Cond):
         c = const_value(e.cond, errors)
         if c is None:

@@ -196,7 +196,7 @@ control D(packet_out pkt, in H hdr) { apply { pkt.emit(hdr.h); } }
     assert "implementation" in err.value.message and "not supported by p4sim" in err.value.message
 
 
-def test_union_member_assignment_and_tuple_values(tmp_path):
+def test_union_member_assignment_tuple_values_and_header_sizes(tmp_path):
     prog = """
 header h_t { bit<8> a; bit<8> b; }
 header_union u_t { h_t x; h_t y; }
@@ -212,8 +212,31 @@ control I(inout H hdr, inout M m, inout standard_metadata_t sm) {
         hdr.u.x = hdr.h;              // x valid
         hdr.u.y = hdr.u.x;            // a valid header into y: x becomes invalid
         hdr.u.y.a = t[1];
+        hdr.u.y.b = (bit<8>)hdr.h.minSizeInBits();
     }
 }
 control D(packet_out pkt, in H hdr) { apply { pkt.emit(hdr.h); pkt.emit(hdr.u); } }
 """
-    assert run(tmp_path, prog, [(0, bytes.fromhex("01 02"))]) == [[(1, bytes.fromhex("0102 0702"))]]
+    assert run(tmp_path, prog, [(0, bytes.fromhex("01 02"))]) == [[(1, bytes.fromhex("0102 0710"))]]
+
+
+def test_last_of_an_empty_stack_in_a_control_reads_0_and_writes_nothing(tmp_path):
+    """P4_16 8.18: out of bounds, a read is unspecified (p4sim: 0) and a write has no
+    effect; the packet goes on (in a parser it would be error.StackOutOfBounds)."""
+    prog = """
+header h_t { bit<8> a; }
+struct H { h_t h; h_t[2] s; }
+struct M { }
+parser P(packet_in pkt, out H hdr, inout M m, inout standard_metadata_t sm) {
+    state start { pkt.extract(hdr.h); transition accept; }
+}
+control I(inout H hdr, inout M m, inout standard_metadata_t sm) {
+    apply {
+        sm.egress_spec = 1;
+        hdr.s.last.a = 5;
+        hdr.h.a = hdr.h.a + hdr.s.last.a + 1;
+    }
+}
+control D(packet_out pkt, in H hdr) { apply { pkt.emit(hdr.h); pkt.emit(hdr.s); } }
+"""
+    assert run(tmp_path, prog, [(0, bytes.fromhex("10"))]) == [[(1, bytes.fromhex("11"))]]
