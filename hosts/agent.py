@@ -105,6 +105,8 @@ class CallStats:
     send_drops: int = 0           # sends the kernel never took (counted as lost packets)
     rtt_samples: int = 0          # round trips measured in this call (answers to packets sent once)
     srtt_s: float | None = None
+    first_result_s: float | None = None   # first send to first result: a round trip plus the wait
+                                          # for the slowest peer to start this call (minus srtt_s: skew)
     final_rto_s: float = 0.0
     final_window: float = 0.0
     setup_s: float = 0.0
@@ -200,6 +202,8 @@ class Worker:
                     transport.send(payload)
                     t1 = time.monotonic()
                     in_flight[wire_seq] = _Item(next_item, chunk, seq, payload, t1, t1, self.rto.rto)
+                    if next_item == 0:
+                        call.first_sent = t1
                     wake = min(wake, t1 + self.rto.rto)
                     next_item += 1
                     stats.packets_sent += 1
@@ -242,6 +246,8 @@ class Worker:
         if item.sends == 1:             # Karn: a retransmitted chunk's answer may be to either copy
             self.rto.sample(now - item.first_sent)
         self.cwnd.on_ack(item.seq)
+        if not call.stats.results:
+            call.stats.first_result_s = now - call.first_sent
         call.stats.results += 1
         call.record(item, header.flags, header.need, data)
         return item
@@ -332,6 +338,7 @@ class _Call:
         self.send_waits_before = counters.waits if counters is not None else 0
         self.send_drops_before = counters.dropped if counters is not None else 0
         self.samples_before = worker.rto.samples
+        self.first_sent = self.started
         self.sums = np.empty((self.m, INC_K), np.int32)
         self.overflowed: list[int] = []         # chunks whose (final) result has OVERFLOW
         self.answered = 0                        # items 0 .. answered - 1 have their results, in order
