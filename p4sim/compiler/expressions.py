@@ -188,4 +188,7 @@ class ExprGen(CodeGen):
                 if isinstance(rt, BitType):
                     return f"{pkt}.peek({rt.width})"
                 raise error_at(e, f"lookahead of a {rt} is not supported by p4sim")
+        if t.kind == "method" and t.base.type.decl.name == "Checksum16" and t.name == "get":
+            acc, n = self.data_bits(e.args[0], ctx)     # deprecated; BMv2 sums the fields as csum16
+            return f"CSUM16_BITS({acc}, {n})"
         raise error_at(e, f"`{expr_text(e.func)}` cannot be used in an expression here")

@@ -240,3 +240,21 @@ control I(inout H hdr, inout M m, inout standard_metadata_t sm) {
 control D(packet_out pkt, in H hdr) { apply { pkt.emit(hdr.h); pkt.emit(hdr.s); } }
 """
     assert run(tmp_path, prog, [(0, bytes.fromhex("10"))]) == [[(1, bytes.fromhex("11"))]]
+
+
+def test_deprecated_checksum16_extern_sums_its_fields(tmp_path):
+    prog = """
+header h_t { bit<8> a; bit<8> b; bit<16> sum; }
+struct H { h_t h; }
+struct M { }
+parser P(packet_in pkt, out H hdr, inout M m, inout standard_metadata_t sm) {
+    state start { pkt.extract(hdr.h); transition accept; }
+}
+control I(inout H hdr, inout M m, inout standard_metadata_t sm) {
+    Checksum16() ck;
+    apply { sm.egress_spec = 1; hdr.h.sum = ck.get({hdr.h.a, hdr.h.b}); }
+}
+control D(packet_out pkt, in H hdr) { apply { pkt.emit(hdr.h); } }
+"""
+    # ones' complement of 0x1234
+    assert run(tmp_path, prog, [(0, bytes.fromhex("1234 0000"))]) == [[(1, bytes.fromhex("1234 edcb"))]]
