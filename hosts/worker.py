@@ -77,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="inc: local IP to bind (default any); ring binds to its own --peers entry")
     p.add_argument("--interface", help="bind to this interface (e.g. h1-eth0; needs root)")
     data = p.add_mutually_exclusive_group(required=True)
-    data.add_argument("--input", type=Path, help="a .npy file with an int32 or float32 array")
+    data.add_argument("--input", type=Path, help="a .npy file with an int32, float32 or float16 array (bfloat16: --size --dtype bfloat16; .npy stores it as raw bytes)")
     data.add_argument("--size", type=int, help="generate a tensor of this many elements")
     p.add_argument("--dtype", choices=[str(d) for d in SUM_DTYPES], default="float32",
                    help="dtype of the generated tensor (default float32)")

@@ -1,5 +1,5 @@
 """AllReduce through p4sim running allreduce.p4 in a Mininet star: the sums equal numpy's
-(exactly for int32, within block-floating-point tolerance for float32) for N = 2, 4, 8 and
+(exactly for int32, within docs/protocol.md's bound for float32 and float16) for N = 2, 4, 8 and
 lengths around the packet size K, also with random loss, duplication and reordering on every
 host link; and ordinary traffic (ping) crosses the same switch. The last test repeats a
 little of it on BMv2 where that is installed.
@@ -99,6 +99,21 @@ def test_reordered_contributions_do_not_change_the_sum(inc_star):
         reordered = inc_star.fabric.impairment_counts()["reorder"]
     assert_int32_sums(results, tensors)
     assert reordered > 0, "no packet went down the slow lane: this run proved nothing"
+
+
+@FOUR
+def test_float16_sum_with_loss_is_within_the_documented_bound_of_numpy(inc_star):
+    rng = np.random.default_rng([9, inc_star.n])
+    tensors = [(rng.standard_normal(3 * K + 5) * 100).astype(np.float16) for _ in range(inc_star.n)]
+    expected = np.sum(np.array(tensors, dtype=np.float64), axis=0)
+    with inc_star.impaired(Impairment(loss_pct=5)):
+        results = inc_star.allreduce(tensors)
+        dropped = inc_star.fabric.impairment_counts()["drop"]
+    for r in results:
+        assert r.dtype == np.float16
+        assert np.all(np.abs(r.astype(np.float64) - expected) <= documented_bound(tensors))
+        np.testing.assert_array_equal(r, results[0])
+    assert dropped > 0, "no packet was lost: this run proved nothing"
 
 
 @ALL_N
