@@ -50,3 +50,23 @@ def make_switch(p4program: Callable[[str], Program]) -> Callable[..., Switch]:
         return Switch(p4program(name), **kwargs)
 
     return make
+
+
+# p4runtime-shell's handshake waits 2 s (hard-coded) for the arbitration answer, then calls
+# sys.exit(1); a switch on a busy machine (load 10 on 2 cores) can take longer than that.
+ARBITRATION_WAIT_S = 60.0
+
+
+@pytest.fixture
+def p4runtime_shell(monkeypatch: pytest.MonkeyPatch):
+    """`p4runtime_sh.shell`, whose setup waits up to ARBITRATION_WAIT_S for arbitration."""
+    import p4runtime_sh.shell as sh
+    from p4runtime_sh.p4runtime import P4RuntimeClient
+
+    original = P4RuntimeClient.get_stream_packet
+
+    def get_stream_packet(self: P4RuntimeClient, type_: str, timeout: float = 1):
+        return original(self, type_, ARBITRATION_WAIT_S if type_ == "arbitration" else timeout)
+
+    monkeypatch.setattr(P4RuntimeClient, "get_stream_packet", get_stream_packet)
+    return sh

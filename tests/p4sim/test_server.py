@@ -720,9 +720,9 @@ def test_idle_timeout_on_table_without_support_is_refused(client):
 # --- the real client library ------------------------------------------------------
 
 @pytest.fixture
-def shell(running, tmp_path):
+def shell(running, tmp_path, p4runtime_shell):
     """p4runtime-shell connected and pipeline pushed; its global client torn down after."""
-    import p4runtime_sh.shell as sh
+    sh = p4runtime_shell
     port = running[4]
     p4info_path, bin_path = tmp_path / "test.p4info.txt", tmp_path / "test.json"
     p4info_path.write_text(to_text(P4INFO))

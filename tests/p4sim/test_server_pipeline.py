@@ -21,9 +21,9 @@ CPU_PORT = 255
 
 
 @pytest.fixture
-def shell(tmp_path):
+def shell(tmp_path, p4runtime_shell):
     """A p4sim switch started with --no-p4, pushed packet_io.p4 by p4runtime-shell."""
-    import p4runtime_sh.shell as sh
+    sh = p4runtime_shell
     program = compile_file(str(PROGRAM))
     p4info_path, config_path = tmp_path / "packet_io.p4info.txt", tmp_path / "packet_io.json"
     p4info_path.write_text(to_text(build_p4info(program.info)))
