@@ -101,9 +101,12 @@ def test_inc_workers_over_udp_through_p4sim_get_the_numpy_sum(switch: Switch, dt
             bridge.close()
     for r in reports:
         assert r["correct"] and len(r["seconds"]) == 2 and r["elements"] == 200
-        # 7 chunks a call; after the warm-up call, exponents and timers are settled: one packet each
-        # (a retransmission or two if this busy machine stalls the in-process switch for an RTO)
-        assert r["packets_sent"] == 14 + r["retransmits"] and r["retransmits"] <= 2
+        # 7 chunks a call; after the warm-up call the exponents are settled: one packet each, and
+        # no more but the retransmissions. How many those are depends on the machine: all 7 chunks
+        # are in flight at once, so one stall of a worker or the switch longer than the learned RTO
+        # (20 ms at least) re-sends them all (5 seen at load 13). test_adaptive.py checks the RTO
+        # against a round trip it controls.
+        assert r["packets_sent"] == 14 + r["retransmits"]
         assert r["last_stats"]["chunks"] == 7 and r["last_stats"]["redone_chunks"] == 0
         assert r["last_stats"]["results"] == 7 and r["last_stats"]["final_rto_s"] > 0
 
