@@ -416,14 +416,10 @@ class Checker:
         self.functions.append(sym)
 
     def decl_ParserDecl(self, d: ast.ParserDecl, sub: bool = False) -> None:
-        if not sub:
-            self.pristine[d.name] = copy.deepcopy(d)
-            self.top.define(Sym("type", d.name, BlockType(d), d), d.pos)
-            if d.ctor_params:
-                return                  # checked per instance, once its constructor arguments are known
-        info = BlockInfo(d, "parser")
-        self.blocks[d.name] = info
-        scope = self.block_params(d, info)
+        declared = self.declare_block(d, "parser", sub)
+        if declared is None:
+            return
+        info, scope = declared
         self._block, self._in_parser = info, True
         states = {"accept", "reject"}
         for st in d.states:
@@ -450,20 +446,28 @@ class Checker:
         self._block, self._in_parser = None, False
 
     def decl_ControlDecl(self, d: ast.ControlDecl, sub: bool = False) -> None:
-        if not sub:
-            self.pristine[d.name] = copy.deepcopy(d)
-            self.top.define(Sym("type", d.name, BlockType(d), d), d.pos)
-            if d.ctor_params:
-                return                  # checked per instance, once its constructor arguments are known
-        info = BlockInfo(d, "control")
-        self.blocks[d.name] = info
-        scope = self.block_params(d, info)
+        declared = self.declare_block(d, "control", sub)
+        if declared is None:
+            return
+        info, scope = declared
         self._block = info
         for local in d.locals:
             self.local_decl(local, scope, d.name)
         self._ret_type = VOID
         self.block(d.body, scope)
         self._block = None
+
+    def declare_block(self, d: Any, kind: str, sub: bool) -> tuple[BlockInfo, Scope] | None:
+        """Register a parser or control; None when it waits for its constructor arguments
+        (it is then checked per instance, once they are known)."""
+        if not sub:
+            self.pristine[d.name] = copy.deepcopy(d)
+            self.top.define(Sym("type", d.name, BlockType(d), d), d.pos)
+            if d.ctor_params:
+                return None
+        info = BlockInfo(d, kind)
+        self.blocks[d.name] = info
+        return info, self.block_params(d, info)
 
     def block_params(self, d: Any, info: BlockInfo) -> Scope:
         scope = Scope(self.top)
