@@ -130,6 +130,7 @@ class _Item:
     payload: bytes
     first_sent: float
     last_sent: float
+    timer_from: float         # its timer runs from here (or from the last progress, if later)
     timer: float              # its retransmission timeout, seconds
     sends: int = 1
     fast: bool = False        # already sent again on later results
@@ -201,7 +202,7 @@ class Worker:
                     payload = call.packet(chunk, seq % window, (seq // window) % 2, wire_seq)
                     transport.send(payload)
                     t1 = time.monotonic()
-                    in_flight[wire_seq] = _Item(next_item, chunk, seq, payload, t1, t1, self.rto.rto)
+                    in_flight[wire_seq] = _Item(next_item, chunk, seq, payload, t1, t1, t1, self.rto.rto)
                     if next_item == 0:
                         call.first_sent = t1
                     wake = min(wake, t1 + self.rto.rto)
@@ -277,24 +278,32 @@ class Worker:
         for it in in_flight.values():
             if now - it.first_sent >= give_up:
                 raise self._timeout_error(it, now)
-            if now >= max(it.last_sent, last_progress) + it.timer:
+            if now >= max(it.timer_from, last_progress) + it.timer:
                 expired.append(it)
         if expired:
             call.stats.timeouts += 1
             rto = self.rto.backoff(max(it.timer for it in expired))
             self.cwnd.on_timeout(highest)
+            if last_progress < min(it.last_sent for it in expired):
+                # Silence since all of them were sent: a peer has not started this call yet, or the
+                # switch is gone. One probe says when that ends; a window of copies would only queue.
+                # Every timer restarts with the probe's, so they do not expire one by one after it.
+                for it in in_flight.values():
+                    it.timer, it.timer_from = rto, now
+                expired = expired[:1]
+            for it in expired:
+                it.timer = rto
             for it in expired:
                 log.debug("seq %d: no result after %.1f ms, sending it again (try %d)", it.seq,
                           it.timer * 1e3, it.sends + 1)
-                it.timer = rto
                 self._resend(it, call)
-        return min((min(max(it.last_sent, last_progress) + it.timer, it.first_sent + give_up)
+        return min((min(max(it.timer_from, last_progress) + it.timer, it.first_sent + give_up)
                     for it in in_flight.values()), default=math.inf)
 
     def _resend(self, it: _Item, call: "_Call") -> None:
         self.transport.send(it.payload)
         it.sends += 1
-        it.last_sent = time.monotonic()
+        it.last_sent = it.timer_from = time.monotonic()
         call.stats.packets_sent += 1
         call.stats.retransmits += 1
 

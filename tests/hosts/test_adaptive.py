@@ -188,3 +188,21 @@ def test_float32_chunks_whose_magnitude_jumps_are_redone_and_still_exact_to_the_
     for out, stats in allreduce_all(workers, inputs):
         assert stats.redone_chunks > window           # neighbours' exponents guess wrong here
         assert np.all(np.abs(out - exact) <= scales * 2.0**-16)
+
+
+def test_waiting_for_a_late_peer_costs_one_probe_per_timeout_not_a_window(switch: Switch, job_fabric) -> None:
+    n, window, chunks = 2, 8, 8
+    workers, _ = job_fabric(n, window, timeout=0.05)
+    inputs = int_inputs(np.random.default_rng(7), n, chunks)
+
+    def late(w: int) -> tuple[np.ndarray, CallStats]:
+        if w == 1:
+            time.sleep(0.4)
+        return workers[w].allreduce(inputs[w]), workers[w].last_stats
+    with ThreadPoolExecutor(n) as pool:
+        (early_out, early), (late_out, _) = pool.map(late, range(n))
+    for out in (early_out, late_out):
+        np.testing.assert_array_equal(out, np.sum(inputs, axis=0, dtype=np.int32))
+    # timeouts at 0.05, 0.15 and 0.35 s: one probe each, where a window of copies would be 8 each
+    assert 2 <= early.timeouts <= 4 and early.retransmits == early.timeouts
+    assert early.packets_sent == chunks + early.retransmits and early.first_result_s >= 0.3
