@@ -371,6 +371,7 @@ class FunctionDecl(Node):
     params: list[Param]
     body: Block
     annotations: list[Annotation] = field(default_factory=list)
+    type_params: list[str] = field(default_factory=list)       # a generic function: `T f<T>(...)`
 
 
 @dataclass(eq=False)

@@ -404,16 +404,54 @@ class Checker:
         self.top_actions.append(sym)
 
     def decl_FunctionDecl(self, d: ast.FunctionDecl) -> None:
+        if d.type_params:            # generic: checked per list of type arguments, at its calls
+            self.top.define(Sym("generic_function", d.name, None, copy.deepcopy(d), value={}), d.pos)
+            return
+        sym = self.top.define(Sym("function", d.name, None, d, pyname=f"F_{d.name}"), d.pos)
+        self.check_function(d, self.top, sym)
+
+    def check_function(self, d: ast.FunctionDecl, types: Scope, sym: Sym) -> None:
         scope = Scope(self.top)
-        d.ret_type = self.resolve_type(d.ret, self.top)
+        d.ret_type = sym.type = self.resolve_type(d.ret, types)
         for p in d.params:
-            p.type = self.resolve_type(p.type_ref, self.top)
+            p.type = self.resolve_type(p.type_ref, types)
             p.decl_sym = scope.define(Sym("param", p.name, p.type, p, pyname=self.fresh("p_" + p.name),
                                           direction=p.direction), p.pos)
-        sym = self.top.define(Sym("function", d.name, d.ret_type, d, pyname=f"F_{d.name}"), d.pos)
-        self._ret_type = d.ret_type
+        saved = (self._ret_type, self._block, self._in_parser, self._in_action)
+        self._ret_type, self._block, self._in_parser, self._in_action = d.ret_type, None, False, False
         self.block(d.body, scope)
+        self._ret_type, self._block, self._in_parser, self._in_action = saved
         self.functions.append(sym)
+
+    def instantiate_function(self, e: ast.Call, generic: Sym, scope: Scope) -> Sym:
+        """The instance of a generic function for this call's type arguments (given, or
+        taken from the arguments whose parameter type is a type parameter)."""
+        d: ast.FunctionDecl = generic.node
+        bound: dict[str, Type] = {}
+        for tp, ta in zip(d.type_params, e.type_args):
+            bound[tp] = self.resolve_type(ta, scope)
+        for a, p in zip(e.args, d.params):
+            if isinstance(p.type_ref, ast.NamedTypeRef) and p.type_ref.name in d.type_params \
+                    and p.type_ref.name not in bound and not isinstance(a, ast.DontCare):
+                t = self.expr(a, scope)
+                if isinstance(t, (IntType, TupleType)):
+                    raise error_at(a, f"cannot tell the type {p.type_ref.name} of `{d.name}` from this argument; "
+                                      "give the type arguments")
+                bound[p.type_ref.name] = t
+        missing = [tp for tp in d.type_params if tp not in bound]
+        if missing:
+            raise error_at(e, f"cannot tell the type {', '.join(missing)} of `{d.name}`; give the type arguments")
+        key = tuple(str(bound[tp]) for tp in d.type_params)
+        if key not in generic.value:
+            inst = copy.deepcopy(d)
+            types = Scope(self.top)
+            for tp in d.type_params:
+                types.names[tp] = Sym("type", tp, bound[tp])
+            sym = Sym("function", f"{d.name}<{', '.join(key)}>", None, inst,
+                      pyname=f"F_{_py_ident(d.name)}_{len(generic.value)}")
+            generic.value[key] = sym
+            self.check_function(inst, types, sym)
+        return generic.value[key]
 
     def decl_ParserDecl(self, d: ast.ParserDecl, sub: bool = False) -> None:
         declared = self.declare_block(d, "parser", sub)
@@ -1242,6 +1280,8 @@ class Checker:
                 return self.call_action(e, sym, scope)
             if sym.kind == "extern_func":
                 return self.call_extern(e, sym.node, scope, Target("extern_func", f.name, sym))
+            if sym.kind == "generic_function":
+                sym = self.instantiate_function(e, sym, scope)
             if sym.kind == "function":
                 e.target = Target("function", f.name, sym)
                 self.call_args(e, sym.node.params, scope)

@@ -332,7 +332,7 @@ class _ToAst(Transformer):
         return ast.Instantiation(ch[1], ch[2] or [], ch[3], ch[0], pos=self._pos(meta))
 
     def function_decl(self, meta, ch):
-        return ast.FunctionDecl(ch[1], ch[2], ch[3] or [], ch[4], ch[0], pos=self._pos(meta))
+        return ast.FunctionDecl(ch[1], ch[2], ch[4] or [], ch[5], ch[0], ch[3] or [], pos=self._pos(meta))
 
     # ---- parsers
     def parser_decl(self, meta, ch):

@@ -258,3 +258,26 @@ control D(packet_out pkt, in H hdr) { apply { pkt.emit(hdr.h); } }
 """
     # ones' complement of 0x1234
     assert run(tmp_path, prog, [(0, bytes.fromhex("1234 0000"))]) == [[(1, bytes.fromhex("1234 edcb"))]]
+
+
+def test_generic_functions_are_instantiated_per_type(tmp_path):
+    prog = """
+header h_t { bit<8> a; bit<16> w; }
+struct H { h_t h; }
+struct M { }
+T larger<T>(in T x, in T y) { return x > y ? x : y; }
+void twice<T>(inout T v) { v = v + v; }
+parser P(packet_in pkt, out H hdr, inout M m, inout standard_metadata_t sm) {
+    state start { pkt.extract(hdr.h); transition accept; }
+}
+control I(inout H hdr, inout M m, inout standard_metadata_t sm) {
+    apply {
+        sm.egress_spec = 1;
+        hdr.h.a = larger(hdr.h.a, 8w0x40);
+        hdr.h.w = larger<bit<16>>(hdr.h.w, 16w0x0100);
+        twice(hdr.h.w);
+    }
+}
+control D(packet_out pkt, in H hdr) { apply { pkt.emit(hdr.h); } }
+"""
+    assert run(tmp_path, prog, [(0, bytes.fromhex("10 0300"))]) == [[(1, bytes.fromhex("40 0600"))]]
