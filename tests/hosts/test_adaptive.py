@@ -103,6 +103,9 @@ def test_a_slow_switch_costs_no_retransmission_with_the_default_first_rto(switch
     assert counter(switch, "MyIngress.duplicate_drops") == 0
 
 
+CLEAN_CALLS_MAX = 8
+
+
 def test_loss_is_repaired_before_the_timeout_cuts_the_window_and_clean_calls_grow_it_back(
         switch: Switch, job_fabric) -> None:
     n, window, chunks = 4, 16, 150
@@ -118,11 +121,15 @@ def test_loss_is_repaired_before_the_timeout_cuts_the_window_and_clean_calls_gro
     assert all(w.cwnd.losses > 0 and w.cwnd.cwnd < window for w in workers)
     for link in links:
         link.loss = 0.0
-    for _ in range(3):
+    # Clean calls grow the windows back (3 calls suffice on a quiet machine). A stall of the
+    # switch thread past the RTO on a busy one cuts a window again, so allow a few more calls.
+    for _ in range(CLEAN_CALLS_MAX):
         inputs = int_inputs(rng, n, chunks)
         for out, stats in allreduce_all(workers, inputs):
             np.testing.assert_array_equal(out, np.sum(inputs, axis=0, dtype=np.int32))
-    assert all(w.cwnd.cwnd == window for w in workers)
+        if all(w.cwnd.cwnd == window for w in workers):
+            break
+    assert [w.cwnd.cwnd for w in workers] == [window] * n, f"not grown back in {CLEAN_CALLS_MAX} clean calls"
 
 
 def test_a_missing_peer_ends_the_call_at_the_time_budget_with_the_job_seq_and_time(switch: Switch,
