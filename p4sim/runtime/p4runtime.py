@@ -78,15 +78,17 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
         self._digest_lists = itertools.count(1)
         self._notified: dict[int, tuple[TableEntry, int]] = {}   # id(entry) -> (entry, last_hit_ns)
         self._stop = threading.Event()
-        self._idle_thread = threading.Thread(target=self._idle_loop, name="p4sim-idle", daemon=True)
-        self._idle_thread.start()
+        self._idle_thread: threading.Thread | None = None     # runs while a stream is open
         if program is not None:     # the switch was started with it: serve it before any push
             self.pipeline = Pipeline.create(program, build_p4info(program.info), program.device_config())
 
     def close(self) -> None:
         """Stop the idle-timeout thread and end every stream."""
         self._stop.set()
-        self._idle_thread.join()
+        with self._lock:
+            idle = self._idle_thread
+        if idle is not None:
+            idle.join()
         with self._lock:
             for s in self._sessions:
                 s.out.put(None)
@@ -216,6 +218,9 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
         session = _Session()
         with self._lock:
             self._sessions.append(session)
+            if self._idle_thread is None:
+                self._idle_thread = threading.Thread(target=self._idle_loop, name="p4sim-idle", daemon=True)
+                self._idle_thread.start()
         context.add_callback(lambda: session.out.put(None))
         reader = threading.Thread(target=self._read_stream, args=(request_iterator, session),
                                   name="p4sim-stream", daemon=True)
@@ -423,6 +428,10 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
     # --- idle timeout ---------------------------------------------------------
     def _idle_loop(self) -> None:
         while not self._stop.wait(IDLE_POLL_S):
+            with self._lock:
+                if not self._sessions:   # nobody to notify: end (not leak); the next stream restarts it
+                    self._idle_thread = None
+                    return
             try:
                 self._notify_idle()
             except Exception:   # keep the thread alive; a bug here must not stop the server
@@ -464,9 +473,9 @@ def serve(service: P4RuntimeService, address: str = "127.0.0.1:9559", workers: i
     Returns the server and the port it listens on; raises OSError if it cannot bind.
     """
     limit = 64 << 20     # device configs and big batches above gRPC's 4 MB default
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="p4rt"),
-                         options=[("grpc.max_receive_message_length", limit),
-                                  ("grpc.max_send_message_length", limit)])
+    pool = futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="p4rt")
+    server = grpc.server(pool, options=[("grpc.max_receive_message_length", limit),
+                                        ("grpc.max_send_message_length", limit)])
     p4runtime_pb2_grpc.add_P4RuntimeServicer_to_server(service, server)
     try:
         port = server.add_insecure_port(address)
@@ -475,5 +484,8 @@ def serve(service: P4RuntimeService, address: str = "127.0.0.1:9559", workers: i
     if port == 0:
         raise OSError(f"cannot listen on {address}")
     server.start()
+    # server.stop() leaves the pool's threads idling forever: end them with the server.
+    threading.Thread(target=lambda: (server.wait_for_termination(), pool.shutdown(wait=False)),
+                     name="p4rt-pool-end", daemon=True).start()
     log.info("P4Runtime server listening on %s", address.rsplit(":", 1)[0] + f":{port}")
     return server, port
