@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import fcntl
 import logging
+import os
 import re
 import signal
 import subprocess
@@ -109,6 +110,7 @@ class Fabric:
     net: Mininet | None = None
     _impairment: Impairment | None = None
     _lock: IO[str] | None = None
+    left_behind: list[str] = field(default_factory=list)    # processes and veths still there at stop()
     _children: list[tuple[subprocess.Popen, Recorded]] = field(default_factory=list)
 
     def __enter__(self) -> Fabric:
@@ -162,6 +164,10 @@ class Fabric:
                     (self.options.run_dir / f"shell-{node.name}.pid").unlink(missing_ok=True)
                 self.net = None
             if self._lock is not None:
+                # Looked for while the lock is held: once it is released, another fabric on this
+                # machine may bring up interfaces of the same names.
+                from topologies.cleanup import leftovers     # cleanup imports this module
+                self.left_behind = leftovers(self.options.build_dir, self.topo)
                 self._lock.close()
                 self._lock = None
 
@@ -238,6 +244,10 @@ def _machine_lock() -> IO[str]:
     """Wait for the machine's one fabric slot: interface names like s1-eth1 live in the root
     namespace, so a second fabric (another test run, `make run`) waits instead of colliding.
     The lock goes with the open file, also when the process dies."""
+    if _held_by_this_process(FABRIC_LOCK):
+        raise FabricError(f"this process already holds {FABRIC_LOCK}: one of its own fabrics is still up "
+                          "(e.g. a module-scoped fixture's), and waiting for it would wait forever; "
+                          "stop that fabric first")
     lock = FABRIC_LOCK.open("w")
     deadline = time.monotonic() + LOCK_TIMEOUT_S
     waiting = False
@@ -254,6 +264,19 @@ def _machine_lock() -> IO[str]:
                 log.warning("another p4inc fabric is up on this machine; waiting for it to stop")
                 waiting = True
             time.sleep(0.5)
+
+
+def _held_by_this_process(path: Path) -> bool:
+    """Whether this process holds a flock on `path` (/proc/locks names the pid that took it):
+    flock locks belong to open files, so a second open() in the same process would wait."""
+    try:
+        st = path.stat()
+        locks = Path("/proc/locks").read_text()
+    except OSError:
+        return False
+    where = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    return any(fields[1] == "FLOCK" and fields[4] == str(os.getpid()) and fields[5] == where
+               for fields in (line.split() for line in locks.splitlines()) if len(fields) > 5)
 
 
 @contextmanager

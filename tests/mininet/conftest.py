@@ -16,11 +16,10 @@ import numpy as np
 import pytest
 
 from topologies import fabric as fabric_module
-from topologies.cleanup import leftovers
 from topologies.fabric import Fabric, FabricOptions, Impairment
-from topologies.pieces import (DEFAULT_PROGRAM, clear_job_slots, compile_program, read_counters, run_allreduce,
-                               setup_controller)
-from topologies.spec import Topology, star
+from topologies.pieces import (DEFAULT_PROGRAM, WorkerResult, clear_job_slots, compile_program, read_counters,
+                               run_allreduce, setup_controller)
+from topologies.spec import star
 from topologies.switches import P4RuntimeSwitch, TargetArgs
 
 StarFactory = Callable[..., Fabric]
@@ -36,23 +35,24 @@ def free_port() -> int:
 @contextmanager
 def fabrics(base_dir: Path) -> Iterator[StarFactory]:
     """A factory of star fabrics; on exit all are stopped, then any leftover is an error."""
-    started: list[tuple[Fabric, Topology]] = []
+    started: list[Fabric] = []
 
-    def make(n_hosts: int, *, impairment: Impairment | None = None, target: str = "p4sim") -> Fabric:
+    def make(n_hosts: int, *, impairment: Impairment | None = None, target: str = "p4sim",
+             slow: str | None = None) -> Fabric:
         topo = star(n_hosts, grpc_port=free_port(), thrift_port=free_port())
         options = FabricOptions(target=target, build_dir=base_dir / f"fabric{len(started)}",
-                                impairment=impairment)
+                                impairment=impairment, slow=slow)
         fabric = Fabric(topo, options)
-        started.append((fabric, topo))
+        started.append(fabric)
         fabric.start()
         return fabric
 
     try:
         yield make
     finally:
-        for fabric, _ in started:
+        for fabric in started:
             fabric.stop()
-    leaked = [what for fabric, topo in started for what in leftovers(fabric.options.build_dir, topo)]
+    leaked = [what for fabric in started for what in fabric.left_behind]
     assert not leaked, f"the fabric left these behind: {leaked}"
 
 
@@ -80,10 +80,12 @@ class IncStar:
 
     def allreduce(self, tensors: list[np.ndarray], *worker_args: str) -> list[np.ndarray]:
         """Each worker w AllReduces tensors[w]; returns every worker's result, in worker order."""
+        return [r.result for r in self.run(tensors, *worker_args)]
+
+    def run(self, tensors: list[np.ndarray], *worker_args: str) -> list[WorkerResult]:
+        """As `allreduce`, with each worker's JSON report (seconds, packets sent, ...)."""
         clear_job_slots(self.fabric.options.topology_path, self.job.job_id, self.fabric.options.target)
-        results = run_allreduce(self.fabric, self.job, tensors, self.work_dir, timeout_s=900,
-                                worker_args=worker_args)
-        return [r.result for r in results]
+        return run_allreduce(self.fabric, self.job, tensors, self.work_dir, timeout_s=900, worker_args=worker_args)
 
     def counters(self) -> dict[str, int]:
         """Packets per counter of s1, summed over its cells."""
@@ -105,11 +107,12 @@ class IncStar:
 
 
 @contextmanager
-def inc_fabric(base: Path, n_hosts: int, target: str) -> Iterator[IncStar]:
-    """Compile allreduce.p4 for `target`, start a star on it and let the controller set it up."""
+def inc_fabric(base: Path, n_hosts: int, target: str, slow: str | None = None) -> Iterator[IncStar]:
+    """Compile allreduce.p4 for `target`, start a star on it (p4sim slowed to the `slow` preset,
+    if given) and let the controller set it up."""
     program = compile_program(target, DEFAULT_PROGRAM, base / "program")
     with fabrics(base) as make:
-        fabric = make(n_hosts, target=target)
+        fabric = make(n_hosts, target=target, slow=slow)
         setup_controller(fabric.options.topology_path, base / "program", program, target)
         yield IncStar(fabric, base / "tensors")
 

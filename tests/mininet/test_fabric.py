@@ -7,7 +7,7 @@ import subprocess
 import pytest
 
 from topologies.cleanup import leftovers
-from topologies.fabric import Impairment
+from topologies.fabric import FabricError, Impairment
 from topologies.switches import SwitchError
 
 pytestmark = pytest.mark.mininet
@@ -36,7 +36,7 @@ def test_running_fabric_is_visible_to_cleanup_and_gone_after_stop(star_fabric, d
     assert "interface s1-eth1" in found and any("p4inc-dummy-target" in f for f in found)
     assert any("mininet:h1" in f for f in found)
     fabric.stop()
-    assert leftovers(fabric.options.build_dir, fabric.topo) == []
+    assert fabric.left_behind == []      # looked for before the machine lock went to another fabric
 
 
 def test_host_program_is_stopped_with_the_fabric(star_fabric, dummy_target):
@@ -46,6 +46,7 @@ def test_host_program_is_stopped_with_the_fabric(star_fabric, dummy_target):
     assert proc.poll() is not None
 
 
+@pytest.mark.impairment
 def test_impairment_rules_are_installed_in_every_host(star_fabric, dummy_target):
     fabric = star_fabric(2, impairment=Impairment(loss_pct=5, duplicate_pct=1))
     for h in ("h1", "h2"):
@@ -53,6 +54,7 @@ def test_impairment_rules_are_installed_in_every_host(star_fabric, dummy_target)
         assert "numgen random mod 10000 < 500 counter" in rules and f'dup to "{h}-eth0"' in rules
 
 
+@pytest.mark.impairment
 def test_impairment_drops_and_duplicates_are_counted(star_fabric, dummy_target):
     fabric = star_fabric(2, impairment=Impairment(loss_pct=50, duplicate_pct=50))
     # No switch forwards here: h1's own frames meet its egress rules, that is enough.
@@ -64,6 +66,7 @@ def test_impairment_drops_and_duplicates_are_counted(star_fabric, dummy_target):
     assert fabric.impairment_counts() == {"drop": 0, "dup": 0, "reorder": 0}
 
 
+@pytest.mark.impairment
 def test_slow_lane_lets_later_packets_overtake(star_fabric, dummy_target):
     fabric = star_fabric(2)
     fabric.impair(Impairment(reorder_pct=30))
@@ -90,4 +93,11 @@ def test_target_that_dies_at_start_is_reported_with_its_log(star_fabric, dummy_t
     monkeypatch.setattr(dummy_target, "build_command", staticmethod(
         lambda args: ["sh", "-c", "echo cannot open port 1 >&2; exit 3", "p4inc-dummy-target"]))
     with pytest.raises(SwitchError, match=r"(?s)exited with code 3 while starting.*cannot open port 1"):
+        star_fabric(2)
+
+
+def test_second_fabric_of_the_same_process_fails_fast_instead_of_waiting(star_fabric, dummy_target):
+    star_fabric(2)
+    # The machine lock is an flock: a second open() in this process would wait for itself.
+    with pytest.raises(FabricError, match="this process already holds .*p4inc-fabric.lock"):
         star_fabric(2)

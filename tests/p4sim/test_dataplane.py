@@ -24,6 +24,7 @@ from p4sim import Switch, compile_file
 from p4sim.dataplane import Dataplane, SlowMode, parse_interface
 from p4sim.p4info import build_p4info, to_text
 from p4sim.state import TableEntry
+from tests.conftest import process_tag
 
 PROGRAM = Path(__file__).resolve().parents[1] / "p4programs" / "packet_io.p4"
 FRAME = bytes(Ether(dst="00:00:00:00:00:02", src="00:00:00:00:00:01", type=0x88B5) / b"p4sim-dataplane-test")
@@ -46,7 +47,7 @@ def sh(*cmd: str) -> None:
 @pytest.fixture
 def veths():
     """Switch-side interfaces (a, b) in this namespace; their peers in namespace `ns`."""
-    tag = os.getpid() % 100000
+    tag = process_tag()       # the leak check looks for names with it
     ns, a, b = f"p4simdp{tag}", f"p4sa{tag}", f"p4sb{tag}"
     sh("ip", "netns", "add", ns)
     try:

@@ -61,3 +61,14 @@ def test_exited_child_is_not_running_and_end_child_reaps_it(child):
 def test_unreadable_pid_file_is_skipped(tmp_path):
     (tmp_path / "junk.pid").write_text("not json")
     assert recorded(tmp_path) == []
+
+
+def test_a_lock_this_process_holds_is_recognised(tmp_path):
+    import fcntl
+    from topologies.fabric import _held_by_this_process
+    held, free = tmp_path / "held.lock", tmp_path / "free.lock"
+    free.touch()
+    with held.open("w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        assert _held_by_this_process(held) and not _held_by_this_process(free)
+    assert not _held_by_this_process(held)
