@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from hosts import numerics, quantize
-from hosts.inc import (ELEMENT_BYTES, FLAG_OVERFLOW, INC_K, MAX_WORKERS, OP_CONTRIB, OP_RESULT,
+from hosts.inc import (ELEMENT_BYTES, FLAG_OVERFLOW, INC_K, MAX_WORKERS, OP_CONTRIB, OP_RESULT, REDUCE_SUM,
                        IncFormatError, IncHeader, elements_view, pack_header, unpack_header)
 from hosts.pacing import CongestionWindow, RtoEstimator
 from hosts.transport import Transport
@@ -157,14 +157,17 @@ class Worker:
         self.rto = RtoEstimator(initial=cfg.timeout, min_rto=cfg.min_rto, max_rto=cfg.max_rto)
         self.cwnd = CongestionWindow(cfg.window)
 
-    def allreduce(self, array: np.ndarray) -> np.ndarray:
-        """The element-wise sum of `array` over all workers, same shape and dtype."""
+    def allreduce(self, array: np.ndarray, op: str = "sum") -> np.ndarray:
+        """The element-wise sum (op "sum"), minimum ("min") or maximum ("max") of `array` over
+        all workers, same shape and dtype (numerics.REDUCE_DTYPES: which dtypes each op takes)."""
         array = np.asarray(array)
-        if array.dtype not in numerics.SUM_DTYPES:
-            raise TypeError(f"allreduce takes {', '.join(map(str, numerics.SUM_DTYPES))} arrays, not {array.dtype}")
+        reduce_op = numerics.reduce_op(op, array.dtype)
         if array.size == 0:
             return array.copy()
-        call = (_Int32Call if array.dtype == np.int32 else _Float32Call)(self, array)
+        if reduce_op != REDUCE_SUM:
+            call: _Call = _OrderedCall(self, array, reduce_op)
+        else:
+            call = (_Int32Call if array.dtype == np.int32 else _Float32Call)(self, array)
         try:
             self._exchange(call)
             return call.finish()
@@ -355,12 +358,13 @@ class _Call:
         self._pending: dict[int, tuple[int, int, int]] = {}    # item -> (chunk, flags, need), out of order
         self._last = self.size - (self.m - 1) * INC_K
         self._job_id, self._worker_id = cfg.job_id, cfg.worker_id
+        self.reduce_op = REDUCE_SUM
 
     def header(self, chunk: int, slot: int, version: int, seq: int, flags: int = 0, exponent: int = 0,
                need: int = 0) -> bytes:
         return pack_header(IncHeader(OP_CONTRIB, self._job_id, self._worker_id,
                                      INC_K if chunk < self.m - 1 else self._last, slot, version, seq, flags,
-                                     exponent, need))
+                                     exponent, need, reduce_op=self.reduce_op))
 
     def record(self, item: _Item, flags: int, need: int, payload: bytes) -> None:
         """A result: keep its sums, then look at the results in item order."""
@@ -415,6 +419,35 @@ class _Int32Call(_Call):
             raise IncOverflowError(f"the int32 sum overflowed in {len(overflowed)} chunk(s) of "
                                    f"{INC_K} elements, first at element {overflowed[0] * INC_K}", overflowed)
         out = self.sums.ravel()[:self.size].reshape(self.shape)
+        self.stats.finish_s = time.monotonic() - t0
+        return out
+
+
+class _OrderedCall(_Int32Call):
+    """min and max: the switch compares signed int32, so int32 goes as it is and float32 as
+    order-preserving int32 (numerics.to_ordered): exact, one packet per chunk. A chunk with a
+    NaN is flagged OVERFLOW, so every worker reports it."""
+
+    def __init__(self, worker: Worker, array: np.ndarray, reduce_op: int) -> None:
+        super().__init__(worker, numerics.to_ordered(array))
+        self.reduce_op = reduce_op
+        self.dtype = array.dtype
+        self.stats.dtype = str(array.dtype)
+        padded = np.zeros(self.m * INC_K, bool)
+        padded[:self.size] = np.isnan(array.ravel()) if array.dtype.kind == "f" else False
+        self.has_nan = padded.reshape(self.m, INC_K).any(axis=1)
+
+    def packet(self, chunk: int, slot: int, version: int, seq: int) -> bytes:
+        flags = FLAG_OVERFLOW if self.has_nan[chunk] else 0
+        return (self.header(chunk, slot, version, seq, flags)
+                + self.wire[chunk * ELEMENT_BYTES:(chunk + 1) * ELEMENT_BYTES])
+
+    def finish(self) -> np.ndarray:
+        t0 = time.monotonic()
+        if self.overflowed:
+            raise IncOverflowError(f"a {self.dtype} value is not a number in {len(self.overflowed)} chunk(s), "
+                                   f"first at element {self.overflowed[0] * INC_K}", self.overflowed)
+        out = numerics.from_ordered(self.sums.ravel()[:self.size], self.dtype).reshape(self.shape)
         self.stats.finish_s = time.monotonic() - t0
         return out
 

@@ -8,7 +8,7 @@ import struct
 from dataclasses import dataclass
 
 import numpy as np
-from scapy.fields import (BitEnumField, BitField, ByteField, FieldListField, FlagsField,
+from scapy.fields import (BitEnumField, BitField, ByteEnumField, ByteField, FieldListField, FlagsField,
                           ShortField, SignedByteField, SignedIntField, IntField)
 from scapy.layers.inet import UDP
 from scapy.packet import Packet, bind_layers
@@ -27,6 +27,10 @@ OP_RESULT = 2
 OP_RING = 3                      # ring baseline: one chunk of a step, host to host
 OP_RING_ACK = 4                  # ring baseline: the receiver has that chunk
 OPCODES = {OP_CONTRIB: "contrib", OP_RESULT: "result", OP_RING: "ring", OP_RING_ACK: "ring-ack"}
+REDUCE_SUM = 0                   # how the switch combines a slot's contributions (byte 14, reduce_op)
+REDUCE_MIN = 1
+REDUCE_MAX = 2
+REDUCE_OPS = {REDUCE_SUM: "sum", REDUCE_MIN: "min", REDUCE_MAX: "max"}
 
 FLAG_OVERFLOW = 0x01
 FLAG_RESENT = 0x02
@@ -67,7 +71,8 @@ class Inc(Packet):
         IntField("seq", 0),
         SignedByteField("exponent", 0),
         SignedByteField("need", 0),
-        ShortField("reserved", 0),
+        ByteEnumField("reduce_op", REDUCE_SUM, REDUCE_OPS),
+        ByteField("reserved", 0),
         ElementsField("elements"),
     ]
 
@@ -100,9 +105,10 @@ class IncHeader:
     exponent: int = 0
     need: int = 0
     version: int = INC_VERSION
+    reduce_op: int = REDUCE_SUM
 
 
-_HEADER = struct.Struct("!BBHBBHIbbH")
+_HEADER = struct.Struct("!BBHBBHIbbBB")
 _ELEMENTS = np.dtype(">i4")
 _ZERO_ELEMENTS = bytes(ELEMENT_BYTES)
 
@@ -119,7 +125,7 @@ def pack_header(header: IncHeader) -> bytes:
     """The 16 header bytes alone; a payload is these and ELEMENT_BYTES of big-endian int32."""
     return _HEADER.pack((header.version << 4) | header.opcode, header.flags, header.job_id,
                         header.worker_id, header.count, (header.pool_version << 15) | header.slot,
-                        header.seq, header.exponent, header.need, 0)
+                        header.seq, header.exponent, header.need, header.reduce_op, 0)
 
 
 def unpack(payload: bytes) -> tuple[IncHeader, np.ndarray]:
@@ -131,10 +137,10 @@ def unpack_header(payload: bytes) -> IncHeader:
     """The header of an INC UDP payload, after checking that the payload is whole."""
     if len(payload) < PAYLOAD_SIZE:
         raise IncFormatError(f"an INC payload has {PAYLOAD_SIZE} bytes, this one {len(payload)}")
-    vo, flags, job, worker, count, vs, seq, exponent, need, _ = _HEADER.unpack_from(payload)
+    vo, flags, job, worker, count, vs, seq, exponent, need, reduce_op, _ = _HEADER.unpack_from(payload)
     return IncHeader(opcode=vo & 0xF, job_id=job, worker_id=worker, count=count, slot=vs & 0x7FFF,
                      pool_version=vs >> 15, seq=seq, flags=flags, exponent=exponent, need=need,
-                     version=vo >> 4)
+                     version=vo >> 4, reduce_op=reduce_op)
 
 
 def elements_view(payload: bytes) -> np.ndarray:

@@ -11,7 +11,7 @@ import ml_dtypes
 import numpy as np
 
 from hosts import quantize
-from hosts.inc import INC_K
+from hosts.inc import INC_K, REDUCE_OPS
 
 BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
 
@@ -29,6 +29,11 @@ FLOAT_FORMATS: dict[np.dtype, FloatFormat] = {
     BFLOAT16: FloatFormat(8, -133),
 }
 SUM_DTYPES: tuple[np.dtype, ...] = (np.dtype(np.int32), *FLOAT_FORMATS)
+# The switch's min and max compare int32: exact for int32 and (as ordered bits) float32.
+REDUCE_DTYPES: dict[str, tuple[np.dtype, ...]] = {
+    "sum": SUM_DTYPES, "min": (np.dtype(np.int32), np.dtype(np.float32)),
+    "max": (np.dtype(np.int32), np.dtype(np.float32))}
+_SIGN_CLEARED = np.int32(0x7FFFFFFF)
 
 
 @dataclass(frozen=True)
@@ -36,6 +41,32 @@ class SumCheck:
     """A result against the float64 sum of its inputs."""
     max_abs_error: float
     correct: bool
+
+
+def reduce_op(op: str, dtype: np.dtype) -> int:
+    """The header's reduce_op for `op` on `dtype`; TypeError or ValueError if there is none."""
+    codes = {name: code for code, name in REDUCE_OPS.items()}
+    if op not in codes:
+        raise ValueError(f"op must be one of {', '.join(codes)}, not {op!r}")
+    if dtype not in REDUCE_DTYPES[op]:
+        raise TypeError(f"allreduce {op} takes {', '.join(map(str, REDUCE_DTYPES[op]))} arrays, not {dtype}")
+    return codes[op]
+
+
+def to_ordered(array: np.ndarray) -> np.ndarray:
+    """int32 whose signed order is the values' order: int32 as is; float32 bits, with the
+    magnitude bits of negative values flipped (sign-magnitude to two's complement order)."""
+    if array.dtype == np.int32:
+        return array
+    bits = np.ascontiguousarray(array, np.float32).view(np.int32)
+    return np.where(bits < 0, bits ^ _SIGN_CLEARED, bits)
+
+
+def from_ordered(ordered: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """The inverse of `to_ordered` (flipping is its own inverse)."""
+    if dtype == np.int32:
+        return ordered
+    return np.where(ordered < 0, ordered ^ _SIGN_CLEARED, ordered).astype(np.int32).view(np.float32)
 
 
 def sum_tolerance(inputs: Sequence[np.ndarray], exponent_slack: int = quantize.EXPONENT_SLACK) -> np.ndarray:
@@ -74,9 +105,18 @@ def host_sum_tolerance(inputs: Sequence[np.ndarray]) -> np.ndarray:
     return (len(inputs) - 1) * 2.0 ** -fmt.precision * magnitude + 2.0 ** (fmt.smallest_subnormal - 1)
 
 
-def check_sum(result: np.ndarray, inputs: Sequence[np.ndarray], summed_on_hosts: bool = False) -> SumCheck:
+def check_sum(result: np.ndarray, inputs: Sequence[np.ndarray], summed_on_hosts: bool = False,
+              op: str = "sum") -> SumCheck:
     """`result` against the float64 (int64) sum of `inputs`: within `sum_tolerance`, or for
-    a baseline that adds on the hosts (`summed_on_hosts`), `host_sum_tolerance`."""
+    a baseline that adds on the hosts (`summed_on_hosts`), `host_sum_tolerance`. min and max
+    are exact: they must equal numpy's."""
+    if op != "sum":
+        exact = (np.min if op == "min" else np.max)(np.array(inputs), axis=0)
+        if result.shape != exact.shape:
+            return SumCheck(np.inf, False)
+        with np.errstate(invalid="ignore"):      # inf - inf where both are inf: equal, no error
+            error = np.where(result == exact, 0.0, np.abs(np.asarray(result, np.float64) - exact))
+        return SumCheck(float(np.max(error, initial=0.0)), bool(np.array_equal(result, exact)))
     wide = np.int64 if np.dtype(inputs[0].dtype) == np.int32 else np.float64
     exact = np.sum([np.asarray(t, wide) for t in inputs], axis=0)
     if summed_on_hosts and wide is np.int64:      # the ring wraps around, as numpy's int32 sum

@@ -16,7 +16,7 @@ import numpy as np
 
 from hosts.agent import IncError, JobConfig, Worker
 from hosts.inc import AGG_IP, INC_PORT, RING_PORT
-from hosts.numerics import SUM_DTYPES, SumCheck, check_sum
+from hosts.numerics import REDUCE_DTYPES, SUM_DTYPES, SumCheck, check_sum
 from hosts.ring import RingConfig, RingWorker
 from hosts.transport import UdpPeerTransport, UdpTransport
 
@@ -32,9 +32,15 @@ def generated_tensor(seed: int, worker_id: int, size: int, dtype: str) -> np.nda
 
 
 def check_generated(result: np.ndarray, seed: int, num_workers: int, size: int, dtype: str,
-                    summed_on_hosts: bool = False) -> SumCheck:
-    """`result` against the exact sum of every worker's generated input (numerics.check_sum)."""
-    return check_sum(result, [generated_tensor(seed, w, size, dtype) for w in range(num_workers)], summed_on_hosts)
+                    summed_on_hosts: bool = False, op: str = "sum") -> SumCheck:
+    """`result` against the exact sum (min, max) of every worker's generated input (numerics.check_sum)."""
+    inputs = [generated_tensor(seed, w, size, dtype) for w in range(num_workers)]
+    return check_sum(result, inputs, summed_on_hosts, op)
+
+
+def reduce(worker: Worker | RingWorker, tensor: np.ndarray, op: str) -> np.ndarray:
+    """One AllReduce; the ring only sums (check_arguments refused anything else)."""
+    return worker.allreduce(tensor) if op == "sum" else worker.allreduce(tensor, op)
 
 
 def parse_address(text: str) -> tuple[str, int]:
@@ -81,6 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument("--size", type=int, help="generate a tensor of this many elements")
     p.add_argument("--dtype", choices=[str(d) for d in SUM_DTYPES], default="float32",
                    help="dtype of the generated tensor (default float32)")
+    p.add_argument("--op", choices=list(REDUCE_DTYPES), default="sum",
+                   help="inc: sum (every dtype), min or max (int32, float32) of the workers' tensors (default sum)")
     p.add_argument("--seed", type=int, default=0, help="seed of the generated tensors (default 0)")
     p.add_argument("--check", action="store_true",
                    help="with --size: compare the result against numpy's float64 sum of all workers' "
@@ -121,10 +129,10 @@ def main(argv: list[str] | None = None) -> int:
     times, stats = [], []
     try:
         for _ in range(args.warmup):
-            worker.allreduce(tensor)
+            reduce(worker, tensor, args.op)
         for _ in range(args.iterations):
             start = time.perf_counter()
-            result = worker.allreduce(tensor)
+            result = reduce(worker, tensor, args.op)
             times.append(time.perf_counter() - start)
             if isinstance(worker, Worker):
                 stats.append(worker.last_stats)
@@ -140,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
         report["retransmits"] = sum(s.retransmits for s in stats)
         report["last_stats"] = stats[-1].to_dict()
     if args.check:
-        checked = check_generated(result, args.seed, args.workers, args.size, args.dtype, args.algorithm == "ring")
+        checked = check_generated(result, args.seed, args.workers, args.size, args.dtype, args.algorithm == "ring",
+                                  args.op)
         report["max_abs_error"] = checked.max_abs_error
         report["correct"] = checked.correct
     if args.output is not None:
@@ -157,6 +166,10 @@ def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         parser.error(f"--iterations and --warmup must not be negative, not {args.iterations} and {args.warmup}")
     if args.iterations == 0 and (args.check or args.output is not None):
         parser.error("--check and --output need a result: --iterations must be at least 1")
+    if args.size is not None and args.dtype not in map(str, REDUCE_DTYPES[args.op]):
+        parser.error(f"--op {args.op} takes {', '.join(map(str, REDUCE_DTYPES[args.op]))}, not --dtype {args.dtype}")
+    if args.algorithm == "ring" and args.op != "sum":
+        parser.error(f"--algorithm ring only sums; --op {args.op} needs inc")
     if args.algorithm == "ring":
         if args.peers is None or len(args.peers) != args.workers:
             parser.error("--algorithm ring needs --peers with one IP per worker")

@@ -1,7 +1,8 @@
 /* -*- P4_16 -*- */
 // In-network AllReduce for v1model, after SwitchML: workers send K-element chunks of a
-// tensor to the switch's aggregator address; the switch sums them per slot in registers
-// and multicasts the result. Everything else is forwarded as ordinary L2 traffic.
+// tensor to the switch's aggregator address; the switch sums them (or keeps their min or
+// max) per slot in registers and multicasts the result. Everything else is forwarded as
+// ordinary L2 traffic.
 // Wire format and algorithm: docs/protocol.md.
 #include <core.p4>
 #include <v1model.p4>
@@ -24,6 +25,11 @@ const bit<16> INC_PORT = 48879;           // 0xBEEF
 const bit<4> INC_VERSION = 1;
 const bit<4> OP_CONTRIB  = 1;   // worker -> switch: one worker's chunk
 const bit<4> OP_RESULT   = 2;   // switch -> worker: the sum of all workers' chunks
+
+// How a slot combines contributions, element by element (the header's reduce_op).
+const bit<8> REDUCE_SUM = 0;    // signed 32-bit add, overflow flagged
+const bit<8> REDUCE_MIN = 1;    // signed 32-bit minimum
+const bit<8> REDUCE_MAX = 2;    // signed 32-bit maximum
 
 const bit<8> FLAG_OVERFLOW = 0x01;  // some element's int32 sum wrapped, or a worker said its values did not fit
 const bit<8> FLAG_RESENT   = 0x02;  // a stored result sent again to one worker
@@ -94,7 +100,8 @@ header inc_t {
     bit<32> seq;           // chunk sequence number within the job, increasing
     bit<8>  exponent;      // int8: the chunk's shared block exponent (float32 jobs); carried unchanged
     bit<8>  need;          // int8: exponent the sender needs; a result carries the max
-    bit<16> reserved;      // zero
+    bit<8>  reduce_op;     // REDUCE_SUM, REDUCE_MIN or REDUCE_MAX; every worker of a call sends the same
+    bit<8>  reserved;      // zero
 }
 
 header inc_data_t {
@@ -217,7 +224,7 @@ control MyIngress(inout headers_t hdr,
                   inout standard_metadata_t standard_metadata) {
 
     // One counter per reason a packet is dropped or answered.
-    counter(1, CounterType.packets) malformed_drops;       // truncated, bad checksum/ihl/lengths/opcode, count 0 or > K
+    counter(1, CounterType.packets) malformed_drops;       // truncated, bad checksum/ihl/lengths/opcode, count 0 or > K, reduce_op > REDUCE_MAX
     counter(1, CounterType.packets) bad_version_drops;     // INC version we do not speak
     counter(1, CounterType.packets) unknown_job_drops;     // job id not in inc_job
     counter(1, CounterType.packets) spoofed_worker_drops;  // (job, worker) not admitted on this ingress port
@@ -370,22 +377,31 @@ control MyIngress(inout headers_t hdr,
     }
 
     // Signed overflow of s = a + b: a and b have the same sign and s the other one,
-    // i.e. bit 31 of (a ^ s) & (b ^ s). The packet is left holding the partial sum.
+    // i.e. bit 31 of (a ^ s) & (b ^ s). For min and max the contribution is kept where
+    // it is below (min) or not below (max) the stored value; they cannot overflow.
+    // The packet is left holding the partial result.
 #define ADD_ELEMENT(i)                                                         \
         slot_values.read(stored, meta.value_base + i);                         \
         sum = stored + hdr.inc_data.e##i;                                      \
         meta.overflow_bits = meta.overflow_bits | ((stored ^ sum) & (hdr.inc_data.e##i ^ sum)); \
-        slot_values.write(meta.value_base + i, sum);                           \
-        hdr.inc_data.e##i = sum;
+        lower = (int<32>)hdr.inc_data.e##i < (int<32>)stored ? hdr.inc_data.e##i : stored; \
+        higher = (int<32>)hdr.inc_data.e##i < (int<32>)stored ? stored : hdr.inc_data.e##i; \
+        combined = hdr.inc.reduce_op == REDUCE_SUM ? sum                      \
+            : (hdr.inc.reduce_op == REDUCE_MIN ? lower : higher);              \
+        slot_values.write(meta.value_base + i, combined);                      \
+        hdr.inc_data.e##i = combined;
     action add_contribution() {
         bit<32> stored;
         bit<32> sum;
+        bit<32> lower;
+        bit<32> higher;
+        bit<32> combined;
         meta.overflow_bits = 0;
         FOR_EACH_ELEMENT(ADD_ELEMENT)
         meta.seen = meta.seen | meta.worker_bit;
         meta.count = meta.count + 1;
         meta.flags = meta.flags | (hdr.inc.flags & FLAG_OVERFLOW)
-                     | (meta.overflow_bits[31:31] == 1 ? FLAG_OVERFLOW : 8w0);
+                     | (meta.overflow_bits[31:31] == 1 && hdr.inc.reduce_op == REDUCE_SUM ? FLAG_OVERFLOW : 8w0);
         meta.need = ((int<8>)hdr.inc.need > (int<8>)meta.need) ? hdr.inc.need : meta.need;
         contributions.count(0);
     }
@@ -470,7 +486,8 @@ control MyIngress(inout headers_t hdr,
             drop_bad_version();
             return;
         }
-        if (hdr.inc.opcode != OP_CONTRIB || hdr.inc.count == 0 || hdr.inc.count > INC_K) {
+        if (hdr.inc.opcode != OP_CONTRIB || hdr.inc.count == 0 || hdr.inc.count > INC_K
+                || hdr.inc.reduce_op > REDUCE_MAX) {
             drop_malformed();
             return;
         }

@@ -18,8 +18,10 @@ LOSSY = Faults(loss=0.05, duplicate=0.05, reorder=0.1, max_delay=0.003, seed=3)
 
 
 def run_allreduce(switch: Switch, calls: list[list[np.ndarray]], *, faults: Faults = Faults(),
-                  job: Job | None = None, window: int = 8) -> list[list[object]]:
-    """calls[c][w] is worker w's input to call c; returns each worker's result (or exception) per call."""
+                  job: Job | None = None, window: int = 8, ops: list[str] | None = None) -> list[list[object]]:
+    """calls[c][w] is worker w's input to call c, reduced with ops[c] (default all "sum");
+    returns each worker's result (or exception) per call."""
+    ops = ops or ["sum"] * len(calls)
     n = len(calls[0])
     job = job or Job(job_id=1, hosts=tuple(host(i) for i in range(1, n + 1)), num_slots=window)
     install_forwarding(switch, list(job.hosts))
@@ -30,9 +32,9 @@ def run_allreduce(switch: Switch, calls: list[list[np.ndarray]], *, faults: Faul
 
         def run(w: int) -> list[object]:
             results: list[object] = []
-            for call in calls:
+            for call, op in zip(calls, ops):
                 try:
-                    results.append(workers[w].allreduce(call[w]))
+                    results.append(workers[w].allreduce(call[w], op))
                 except IncOverflowError as e:
                     results.append(e)
             return results

@@ -8,7 +8,7 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
 from hosts.inc import (AGG_IP, FLAG_OVERFLOW, FLAG_RESENT, HEADER_SIZE, INC_K, INC_PORT, OP_CONTRIB,
-                       OP_RESULT, PAYLOAD_SIZE, Inc, IncFormatError, IncHeader, pack, unpack)
+                       OP_RESULT, PAYLOAD_SIZE, REDUCE_MAX, REDUCE_MIN, Inc, IncFormatError, IncHeader, pack, unpack)
 
 HEADERS = [
     IncHeader(opcode=OP_CONTRIB, job_id=1, worker_id=0, count=1, slot=0, pool_version=0, seq=0),
@@ -16,13 +16,17 @@ HEADERS = [
               seq=0xFFFFFFFF, flags=FLAG_OVERFLOW | FLAG_RESENT, exponent=-128, need=127),
     IncHeader(opcode=OP_CONTRIB, job_id=7, worker_id=3, count=17, slot=300, pool_version=1, seq=123456,
               exponent=5, need=-3),
+    IncHeader(opcode=OP_CONTRIB, job_id=2, worker_id=1, count=INC_K, slot=1, pool_version=0, seq=9,
+              reduce_op=REDUCE_MIN),
+    IncHeader(opcode=OP_RESULT, job_id=2, worker_id=1, count=INC_K, slot=1, pool_version=0, seq=9,
+              reduce_op=REDUCE_MAX),
 ]
 
 
 def _scapy(h: IncHeader, elements: list[int]) -> Inc:
     return Inc(version=h.version, opcode=h.opcode, flags=h.flags, job_id=h.job_id, worker_id=h.worker_id,
                count=h.count, pool_version=h.pool_version, slot=h.slot, seq=h.seq, exponent=h.exponent,
-               need=h.need, elements=elements)
+               need=h.need, reduce_op=h.reduce_op, elements=elements)
 
 
 @pytest.mark.parametrize("header", HEADERS)

@@ -61,3 +61,13 @@ def test_a_float32_sum_added_up_on_the_hosts_passes_the_host_bound() -> None:
     assert check_sum(ring_order, inputs, summed_on_hosts=True).correct
     magnitude = np.sum([np.abs(t.astype(np.float64)) for t in inputs], axis=0)
     np.testing.assert_allclose(host_sum_tolerance(inputs), 7 * 2.0**-24 * magnitude + 2.0**-150, rtol=1e-12)
+
+
+@pytest.mark.parametrize("op, reduce", [("min", np.min), ("max", np.max)])
+def test_min_and_max_must_equal_numpy_exactly(op: str, reduce) -> None:
+    inputs = inputs_for(3, np.dtype(np.float32), seed=3)
+    right = reduce(inputs, axis=0)
+    assert check_sum(right, inputs, op=op).correct
+    wrong = right.copy()
+    wrong[7] = np.nextafter(wrong[7], np.float32(np.inf))       # one unit off
+    assert not check_sum(wrong, inputs, op=op).correct

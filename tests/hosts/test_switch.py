@@ -11,7 +11,7 @@ from scapy.layers.inet import ICMP, IP, UDP
 from scapy.layers.l2 import ARP, Ether
 
 from hosts.inc import (AGG_IP, AGG_MAC, FLAG_OVERFLOW, FLAG_RESENT, INC_K, INC_PORT, OP_CONTRIB,
-                       OP_RESULT, POOL_SIZE, Inc, IncHeader, pack, unpack)
+                       OP_RESULT, POOL_SIZE, REDUCE_MAX, REDUCE_MIN, Inc, IncHeader, pack, unpack)
 from tests.hosts.conftest import Job, counter, host, install_forwarding, install_job, registers
 
 HOSTS = [host(i) for i in range(1, 5)]
@@ -109,6 +109,21 @@ def test_negative_sums_without_overflow_keep_the_flag_clear(sw: Switch) -> None:
     assert header.flags == 0
 
 
+@pytest.mark.parametrize("reduce_op, reduce", [(REDUCE_MIN, np.min), (REDUCE_MAX, np.max)], ids=["min", "max"])
+def test_min_and_max_keep_the_signed_extreme_and_never_flag_overflow(sw: Switch, reduce_op: int, reduce) -> None:
+    rng = np.random.default_rng(reduce_op)
+    data = [rng.integers(-2**31, 2**31, INC_K, dtype=np.int64).astype(np.int32) for _ in range(3)]
+    data[0][:4] = [-2**31, 2**31 - 1, -1, 0]          # the edges: a sum would wrap here
+    data[1][:4] = [2**31 - 1, -2**31, 0, -1]
+    send(sw, contribution(0, data[0], reduce_op=reduce_op))
+    send(sw, contribution(1, data[1], reduce_op=reduce_op))
+    outs = send(sw, contribution(2, data[2], reduce_op=reduce_op))
+    assert len(outs) == 3
+    for out in outs:
+        header = check_result(out, out[0] - 1, reduce(data, axis=0))
+        assert header.flags == 0 and header.reduce_op == reduce_op
+
+
 def test_result_carries_the_max_need_and_the_or_of_worker_flags(sw: Switch) -> None:
     send(sw, contribution(0, [0] * INC_K, need=-3))
     send(sw, contribution(1, [0] * INC_K, need=5, flags=FLAG_OVERFLOW))
@@ -170,6 +185,7 @@ BAD_PACKETS = {
     "count above K": ("MyIngress.malformed_drops", lambda: _with_inc(count=INC_K + 1)),
     "count zero": ("MyIngress.malformed_drops", lambda: _with_inc(count=0)),
     "result opcode from a host": ("MyIngress.malformed_drops", lambda: _with_inc(opcode=OP_RESULT)),
+    "unknown reduce_op": ("MyIngress.malformed_drops", lambda: _with_inc(reduce_op=REDUCE_MAX + 1)),
     "bad IPv4 checksum": ("MyIngress.malformed_drops", lambda: _bad(lambda f: f[:24] + bytes([f[24] ^ 1]) + f[25:])),
     "unknown protocol version": ("MyIngress.bad_version_drops", lambda: _with_inc(version=2)),
     "ping to the aggregator": ("MyIngress.malformed_drops", lambda: (1, bytes(

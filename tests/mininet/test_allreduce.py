@@ -1,8 +1,8 @@
 """AllReduce through p4sim running allreduce.p4 in a Mininet star: the sums equal numpy's
-(exactly for int32, within docs/protocol.md's bound for float32 and float16) for N = 2, 4, 8 and
-lengths around the packet size K, also with random loss, duplication and reordering on every
-host link; and ordinary traffic (ping) crosses the same switch. test_bmv2.py repeats a
-little of it on BMv2 where that is installed.
+(exactly for int32, within docs/protocol.md's bound for float32 and float16; min and max
+exactly) for N = 2, 4, 8 and lengths around the packet size K, also with random loss,
+duplication and reordering on every host link; and ordinary traffic (ping) crosses the same
+switch. test_bmv2.py repeats a little of it on BMv2 where that is installed.
 """
 import numpy as np
 import pytest
@@ -116,6 +116,25 @@ def test_float16_sum_with_loss_is_within_the_documented_bound_of_numpy(inc_star)
         assert r.dtype == np.float16
         assert np.all(np.abs(r.astype(np.float64) - expected) <= documented_bound(tensors))
         np.testing.assert_array_equal(r, results[0])
+    assert dropped > 0, "no packet was lost: this run proved nothing"
+
+
+@FOUR
+@pytest.mark.parametrize("op", ["min", "max"])
+def test_min_and_max_with_loss_equal_numpy_exactly(inc_star, op):
+    reduce = np.min if op == "min" else np.max
+    floats = float32_tensors(inc_star.n, 2 * K + 3, seed=10)
+    ints = int32_tensors(inc_star.n, 2 * K + 3, seed=11)
+    with inc_star.impaired(Impairment(loss_pct=5)):
+        float_results = inc_star.allreduce(floats, "--op", op)
+        int_results = inc_star.allreduce(ints, "--op", op)
+        dropped = inc_star.fabric.impairment_counts()["drop"]
+    for r in float_results:
+        assert r.dtype == np.float32
+        np.testing.assert_array_equal(r, reduce(floats, axis=0))
+    for r in int_results:
+        assert r.dtype == np.int32
+        np.testing.assert_array_equal(r, reduce(ints, axis=0))
     assert dropped > 0, "no packet was lost: this run proved nothing"
 
 
