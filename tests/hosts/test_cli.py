@@ -83,8 +83,8 @@ def run_workers(commands: list[list[str]]) -> list[dict]:
     return [json.loads(out) for out, _ in outs]
 
 
-@pytest.mark.parametrize("dtype", ["int32", "float32"])
-def test_inc_workers_over_udp_through_p4sim_get_the_numpy_sum(switch: Switch, dtype: str) -> None:
+@pytest.mark.parametrize("dtype, op", [("int32", "sum"), ("float32", "sum"), ("bfloat16", "sum"), ("float32", "max")])
+def test_inc_workers_over_udp_through_p4sim_get_the_numpy_sum(switch: Switch, dtype: str, op: str) -> None:
     n, port = 3, free_udp_port()
     job = Job(job_id=4, hosts=tuple(host(i) for i in range(1, n + 1)), num_slots=8)
     install_forwarding(switch, list(job.hosts))
@@ -96,7 +96,7 @@ def test_inc_workers_over_udp_through_p4sim_get_the_numpy_sum(switch: Switch, dt
             reports = run_workers([
                 ["--job-id", "4", "--worker-id", str(w), "--workers", str(n), "--aggregator", aggregator,
                  "--bind", loopback_ip(w), "--port", str(port), "--size", "200", "--dtype", dtype,
-                 "--check", "--warmup", "1", "--iterations", "2", "--window", "8"] for w in range(n)])
+                 "--op", op, "--check", "--warmup", "1", "--iterations", "2", "--window", "8"] for w in range(n)])
         finally:
             bridge.close()
     for r in reports:
@@ -137,6 +137,10 @@ def test_bad_arguments_give_a_message_not_a_traceback() -> None:
     (["--workers", "2", "--worker-id", "0", "--warmup", "-1"], "--iterations and --warmup must not be negative"),
     (["--workers", "2", "--worker-id", "0", "--give-up-after", "0"], "--give-up-after must be positive"),
     (["--workers", "2", "--worker-id", "0", "--timeout", "-5"], "--timeout must be positive"),
+    (["--workers", "2", "--worker-id", "0", "--op", "max", "--dtype", "float16"],
+     "--op max takes int32, float32, not --dtype float16"),
+    (["--algorithm", "ring", "--peers", "127.0.0.1,127.0.0.2", "--workers", "2", "--worker-id", "0", "--op", "min"],
+     "--algorithm ring only sums"),
 ])
 def test_impossible_combinations_are_one_line_usage_errors(args: list[str], message: str, tmp_path: Path) -> None:
     p = subprocess.run([sys.executable, "-m", "hosts.worker", "--job-id", "1", "--size", "4", *args],
