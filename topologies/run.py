@@ -73,7 +73,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.slow and args.target != "p4sim":
+        parser.error(f"--slow slows p4sim down to BMv2's figures; --target {args.target} runs at its own speed")
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     setLogLevel("info" if args.verbose else "output")
@@ -144,6 +147,9 @@ def demo(fabric: Fabric, args: argparse.Namespace) -> int:
     ok = all(c.correct for c in checks)
     print(f"{'OK' if ok else 'WRONG'}: max |result - numpy| = {worst:.3g} (within docs/protocol.md's bound: {ok}); "
           f"allreduce {slowest:.3f} s in the slowest worker, {wall:.3f} s with process start-up")
+    if all("packets_sent" in r.report for r in results):
+        print(f"the workers sent {sum(r.report['packets_sent'] for r in results)} packets, "
+              f"{sum(r.report['retransmits'] for r in results)} of them retransmissions")
     for switch in fabric.topo.switches:
         counters = read_counters(fabric.options.topology_path, switch, args.target)
         packets = {name.rpartition(".")[2]: sum(c["packets"] for c in cells) for name, cells in counters.items()}

@@ -19,6 +19,13 @@ def test_runner_rejects_a_star_it_cannot_build(monkeypatch, capsys):
     assert capsys.readouterr().err == "error: a star has 2 to 8 hosts, not 9\n"
 
 
+def test_slow_is_only_for_p4sim(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        run.main(["--target", "bmv2", "--slow", "bmv2", "--demo"])
+    assert exit_info.value.code == 2
+    assert "--slow slows p4sim down to BMv2's figures; --target bmv2 runs at its own speed" in capsys.readouterr().err
+
+
 def test_p4sim_compile_writes_p4info_and_device_config(tmp_path):
     source = Path(__file__).parents[1] / "p4programs" / "ipv4_router.p4"
     assert compile_program("p4sim", source, tmp_path) == "ipv4_router"
