@@ -52,7 +52,10 @@ def test_million_elements_sum_like_numpy_on_a_saturated_machine(inc_star, burner
 @EIGHT
 @pytest.mark.impairment
 def test_five_percent_loss_sums_exactly_on_a_saturated_machine(inc_star, burners):
-    tensors = int32_tensors(inc_star.n, 100_000, seed=13)
+    # 4000 elements (1000 packets), as test_allreduce's 5% case: at 5% loss each way with 8
+    # workers a third of the chunks wait out a timeout, and with main's transport at load 8-13
+    # 100k elements took over 9 minutes and 20k over 4 (workers idle, waiting out timeouts).
+    tensors = int32_tensors(inc_star.n, 4_000, seed=13)
     with inc_star.impaired(Impairment(loss_pct=5)):
         results = inc_star.allreduce(tensors)
         dropped = inc_star.fabric.impairment_counts()["drop"]
