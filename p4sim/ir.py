@@ -90,11 +90,25 @@ class TableInfo:
     direct_meter: str | None = None     # name of a direct_meter bound with `meters = ...`
     support_timeout: bool = False
     annotations: tuple[str, ...] = ()
+    implementation: str | None = None   # an action_profile / action_selector bound with `implementation = ...`
+    selector_fields: tuple[MatchField, ...] = ()   # `selector` keys: hashed, not matched (not in P4Info)
 
     @property
     def needs_priority(self) -> bool:
         """P4Runtime requires a priority when any key is ternary, range or optional."""
         return any(f.match_kind in ("ternary", "range", "optional") for f in self.match_fields)
+
+
+@dataclass(frozen=True)
+class ActionProfileInfo:
+    """An action_profile, or an action_selector (with_selector, hashing with `algorithm`)."""
+    name: str
+    size: int
+    tables: tuple[str, ...] = ()
+    with_selector: bool = False
+    algorithm: str = ""              # a HashAlgorithm member, for a selector
+    max_group_size: int = 0          # from @max_group_size; 0: not given
+    annotations: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -158,6 +172,7 @@ class ProgramInfo:
     controller_headers: dict[str, ControllerHeader] = field(default_factory=dict)
     digests: dict[str, DigestInfo] = field(default_factory=dict)
     value_sets: dict[str, ValueSetInfo] = field(default_factory=dict)
+    action_profiles: dict[str, ActionProfileInfo] = field(default_factory=dict)
     # A control calls an extern function (mark_to_drop, hash, ...): p4c then writes type_info.
     control_calls_extern_function: bool = False
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from google.protobuf import text_format
 from p4.config.v1 import p4info_pb2
 
-from .ir import ActionRef, CounterInfo, MeterInfo, Param, ProgramInfo, SerializableEnum
+from .ir import ActionProfileInfo, ActionRef, CounterInfo, MeterInfo, Param, ProgramInfo, SerializableEnum
 
 P4Info = p4info_pb2.P4Info
 Prefix = p4info_pb2.P4Ids
@@ -50,6 +50,8 @@ def build_p4info(info: ProgramInfo) -> P4Info:
             msg.direct_resource_ids.append(ids.get(Prefix.DIRECT_COUNTER, t.direct_counter))
         if t.direct_meter:
             msg.direct_resource_ids.append(ids.get(Prefix.DIRECT_METER, t.direct_meter))
+        if t.implementation:
+            msg.implementation_id = ids.get(Prefix.ACTION_PROFILE, t.implementation)
         msg.size = t.size or DEFAULT_TABLE_SIZE    # p4c's getTableSize: `size = 0` is the default
         if t.support_timeout:
             msg.idle_timeout_behavior = p4info_pb2.Table.NOTIFY_CONTROL
@@ -58,6 +60,11 @@ def build_p4info(info: ProgramInfo) -> P4Info:
         msg = p4info.actions.add()
         _preamble(msg.preamble, ids.get(Prefix.ACTION, a.name), a.name, aliases, a.annotations)
         _params(msg.params, info.control_plane_params(a.name), p4info)
+    for ap in _action_profiles(info):
+        msg = p4info.action_profiles.add(with_selector=ap.with_selector, size=ap.size,
+                                         max_group_size=ap.max_group_size)
+        _preamble(msg.preamble, ids.get(Prefix.ACTION_PROFILE, ap.name), ap.name, aliases, ap.annotations)
+        msg.table_ids.extend(ids.get(Prefix.TABLE, t) for t in ap.tables)
     for c in _counters(info):
         _resource(c, p4info.counters, p4info.direct_counters, Prefix.COUNTER, Prefix.DIRECT_COUNTER,
                   p4info_pb2.CounterSpec.Unit, ids, aliases)
@@ -95,6 +102,11 @@ def build_p4info(info: ProgramInfo) -> P4Info:
             or any(info.control_plane_params(a) for a in info.actions)):
         p4info.type_info.SetInParent()
     return p4info
+
+
+def _action_profiles(info: ProgramInfo) -> list[ActionProfileInfo]:
+    """p4c lists the action profiles that tables use, as it finds them through the tables."""
+    return [ap for ap in info.action_profiles.values() if ap.tables]
 
 
 def to_text(p4info: P4Info) -> str:
@@ -147,6 +159,8 @@ def _assign_ids(info: ProgramInfo) -> _Ids:
     for m in _meters(info):
         kind = Prefix.METER if m.direct_table is None else Prefix.DIRECT_METER
         symbols[(kind, m.name)] = m.annotations
+    for ap in _action_profiles(info):
+        symbols[(Prefix.ACTION_PROFILE, ap.name)] = ap.annotations
     for r in info.registers.values():
         symbols[(Prefix.REGISTER, r.name)] = r.annotations
     for v in info.value_sets.values():

@@ -193,7 +193,8 @@ class Switch:
                 "ERROR_NAMES": {v: k for k, v in program.checked.errors.items()},
             }
             stores = {"table": state.tables, "register": state.registers, "counter": state.counters,
-                      "meter": state.meters, "value_set": state.value_sets}
+                      "meter": state.meters, "value_set": state.value_sets,
+                      "action_profile": state.action_profiles}
             for pyname, (kind, name) in cc.bindings.items():
                 ns[pyname] = stores[kind][name]
             exec(code, ns)

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .ir import (ConstEntry, CounterInfo, MeterInfo, ProgramInfo, RegisterInfo, TableInfo,
+from .ir import (ActionProfileInfo, ConstEntry, CounterInfo, MeterInfo, ProgramInfo, RegisterInfo, TableInfo,
                  ValueSetInfo, priority_from_bmv2)
 
 Match = tuple | None
@@ -85,6 +85,8 @@ class TableEntry:
     meter: Meter = field(default_factory=Meter)   # direct meter (GREEN until configured)
     last_hit_ns: int = field(default_factory=time.monotonic_ns)
     handle: int = -1                       # set by the table, as BMv2 numbers its entries
+    member: int | None = None              # in a table with an action profile: the member
+    group: int | None = None               # ... or the selector's group it runs
 
 
 def _lpm_mask(plen: int, width: int) -> int:
@@ -187,12 +189,14 @@ class TableState:
     # --- control plane -------------------------------------------------------
     def insert(self, entry: TableEntry) -> None:
         self._check_mutable()
+        self._check_indirect(entry)
         self._add(entry)
 
     def modify(self, entry: TableEntry) -> None:
         self._check_mutable()
+        self._check_indirect(entry)
         old = self.get(entry.match, entry.priority)
-        old.action, old.args = entry.action, entry.args
+        old.action, old.args, old.member, old.group = entry.action, entry.args, entry.member, entry.group
         old.idle_timeout_ns, old.metadata = entry.idle_timeout_ns, entry.metadata
 
     def delete(self, match: tuple[Match, ...], priority: int = 0) -> None:
@@ -272,6 +276,13 @@ class TableState:
     def _check_mutable(self) -> None:
         if self.info.entries_are_const:
             raise StateError("PERMISSION_DENIED", f"table {self.info.name} has const entries")
+
+    def _check_indirect(self, entry: TableEntry) -> None:
+        """A table with an action profile runs members only (BMv2: WRONG_TABLE_TYPE)."""
+        if (self.info.implementation is not None) != (entry.member is not None or entry.group is not None):
+            raise StateError("INVALID_ARGUMENT", f"table {self.info.name} takes " + (
+                "a member or group of its action profile, not an action" if self.info.implementation
+                else "an action: it has no action profile"))
 
     def _priority(self, priority: int) -> int:
         if self.info.needs_priority:
@@ -402,6 +413,120 @@ class CloneSession:
     packet_length_bytes: int = 0          # 0: no truncation
 
 
+@dataclass
+class Member:
+    action: str
+    args: tuple[int, ...]
+    handle: int                           # BMv2's member handle: the lowest free one
+
+
+@dataclass
+class Group:
+    members: set[int]                     # member ids
+    max_size: int = 0                     # 0: no bound given
+
+
+class ActionProfileState:
+    """Members (an action and its arguments) and, for a selector, groups of members.
+
+    A group runs the member at (hash of the selector keys) % (group size), counting its
+    members in BMv2's member-handle order (bm_sim/action_profile.cpp: GroupMgr::get_from_hash
+    takes the n-th handle of the group's ordered set); handles are BMv2's, the lowest free.
+    """
+
+    def __init__(self, info: ActionProfileInfo) -> None:
+        self.info = info
+        self.members: dict[int, Member] = {}
+        self.groups: dict[int, Group] = {}
+        self._order: dict[int, list[Member]] = {}   # group id -> its members by handle
+
+    def insert_member(self, member_id: int, action: str, args: tuple[int, ...]) -> None:
+        if member_id in self.members:
+            raise StateError("ALREADY_EXISTS", f"member {member_id} already in {self.info.name}")
+        if len(self.members) >= self.info.size:
+            raise StateError("RESOURCE_EXHAUSTED", f"action profile {self.info.name} is full ({self.info.size})")
+        used = {m.handle for m in self.members.values()}
+        handle = next(h for h in range(len(used) + 1) if h not in used)
+        self.members[member_id] = Member(action, tuple(args), handle)
+
+    def modify_member(self, member_id: int, action: str, args: tuple[int, ...]) -> None:
+        m = self.member(member_id)
+        m.action, m.args = action, tuple(args)
+
+    def delete_member(self, member_id: int, tables: list[TableState]) -> None:
+        self.member(member_id)
+        if any(member_id in g.members for g in self.groups.values()) or \
+                any(e.member == member_id for t in tables for e in t.entries()):
+            raise StateError("FAILED_PRECONDITION", f"member {member_id} of {self.info.name} is still used")
+        del self.members[member_id]
+
+    def member(self, member_id: int) -> Member:
+        try:
+            return self.members[member_id]
+        except KeyError:
+            raise StateError("NOT_FOUND", f"no member {member_id} in {self.info.name}") from None
+
+    def write_group(self, group_id: int, members: list[int], max_size: int, insert: bool) -> None:
+        if not self.info.with_selector:
+            raise StateError("INVALID_ARGUMENT", f"action profile {self.info.name} has no selector: no groups")
+        if insert and group_id in self.groups:
+            raise StateError("ALREADY_EXISTS", f"group {group_id} already in {self.info.name}")
+        if not insert:
+            max_size = max_size or self.group(group_id).max_size
+        for m in members:
+            self.member(m)
+        if len(set(members)) != len(members):
+            raise StateError("INVALID_ARGUMENT", f"group {group_id} lists a member twice")
+        limit = min(x for x in (max_size, self.info.max_group_size, 1 << 32) if x)
+        if self.info.max_group_size and max_size > self.info.max_group_size:
+            raise StateError("INVALID_ARGUMENT", f"group {group_id}'s max_size {max_size} is above "
+                             f"{self.info.name}'s max_group_size {self.info.max_group_size}")
+        if len(members) > limit:
+            raise StateError("RESOURCE_EXHAUSTED", f"group {group_id} holds at most {limit} members")
+        self.groups[group_id] = Group(set(members), max_size)
+        self._order[group_id] = sorted((self.members[m] for m in members), key=lambda m: m.handle)
+
+    def delete_group(self, group_id: int, tables: list[TableState]) -> None:
+        self.group(group_id)
+        if any(e.group == group_id for t in tables for e in t.entries()):
+            raise StateError("FAILED_PRECONDITION", f"group {group_id} of {self.info.name} is still used")
+        del self.groups[group_id], self._order[group_id]
+
+    def group(self, group_id: int) -> Group:
+        try:
+            return self.groups[group_id]
+        except KeyError:
+            raise StateError("NOT_FOUND", f"no group {group_id} in {self.info.name}") from None
+
+    def check_entry(self, entry: TableEntry) -> None:
+        """A table entry must name an existing member, or a non-empty group (BMv2's
+        MatchTableIndirectWS::add_entry_ws refuses an empty group: EMPTY_GRP). PI's
+        DeviceMgr answers INVALID_ARGUMENT for an unknown member or group id."""
+        if entry.group is not None:
+            if entry.group not in self.groups:
+                raise StateError("INVALID_ARGUMENT", f"no group {entry.group} in {self.info.name}")
+            if not self.groups[entry.group].members:
+                raise StateError("INVALID_ARGUMENT", f"group {entry.group} of {self.info.name} is empty")
+        elif entry.member is not None:
+            if entry.member not in self.members:
+                raise StateError("INVALID_ARGUMENT", f"no member {entry.member} in {self.info.name}")
+        else:
+            raise StateError("INVALID_ARGUMENT", f"an entry of a table with action profile {self.info.name} "
+                             "needs a member or group id, not an action")
+
+    def choose(self, entry: TableEntry, hash_value: int) -> Member | None:
+        """The member an entry runs; None (the default action) for a group left empty."""
+        if entry.member is not None:
+            return self.members[entry.member]
+        members = self._order[entry.group]
+        return members[hash_value % len(members)] if members else None
+
+    def reset(self) -> None:
+        self.members.clear()
+        self.groups.clear()
+        self._order.clear()
+
+
 class SwitchState:
     """All state of one pipeline; a new pipeline gets a fresh SwitchState."""
 
@@ -414,6 +539,7 @@ class SwitchState:
         self.meters = {name: MeterArray(m) for name, m in info.meters.items()
                        if m.direct_table is None}
         self.value_sets = {name: ValueSetState(v) for name, v in info.value_sets.items()}
+        self.action_profiles = {name: ActionProfileState(ap) for name, ap in info.action_profiles.items()}
         self.multicast_groups: dict[int, list[tuple[int, int]]] = {}
         self.clone_sessions: dict[int, CloneSession] = {}
 
@@ -433,5 +559,7 @@ class SwitchState:
         for array in self.meters.values():
             for meter in array.meters:
                 meter.reset()
+        for profile in self.action_profiles.values():
+            profile.reset()
         self.multicast_groups.clear()
         self.clone_sessions.clear()

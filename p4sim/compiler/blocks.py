@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from ..frontend import ast
+from ..ir import ActionProfileInfo
 from ..frontend.checker import Sym
 from ..frontend.types import BoolType, ExternType, StackType, is_header
 from .common import CodeGen, Ctx, attr, param_py, py_ident, scalar, unique_actions
@@ -274,6 +275,24 @@ class BlockGen(CodeGen):
         self.callee_body(d.body, ctx)
         self.ind -= 1
 
+    def member_of_entry(self, d: ast.TableDecl, ap: ActionProfileInfo, ctx: Ctx) -> None:
+        """Emit `em`, the member the hit entry `e` runs; a group's is chosen by the selector
+        keys' hash as BMv2 hashes a selector's field list (`e` becomes None for an empty group)."""
+        self.emit("if e is not None:")
+        self.ind += 1
+        if ap.with_selector:
+            self.emit("if e.group is not None:")
+            self.ind += 1
+            selected = ast.ListExpr([k.expr for k in d.keys if k.match_kind == "selector"])
+            self.emit(f"h = HASH[{ap.algorithm!r}]({self.data_bytes(selected, ctx, skip_invalid=False)})")
+            self.ind -= 1
+            self.emit("else: h = 0")
+        else:
+            self.emit("h = 0")
+        self.emit(f"em = AP_{py_ident(ap.name)}.choose(e, h)")
+        self.emit("if em is None: e = None")
+        self.ind -= 1
+
     def table(self, t: Sym, ctx: Ctx) -> None:
         d: ast.TableDecl = t.node
         info = t.value
@@ -282,6 +301,8 @@ class BlockGen(CodeGen):
         self.ind += 1
         keys = []
         for k in d.keys:
+            if k.match_kind == "selector":
+                continue                  # hashed to pick a group's member, not matched
             v = self.expr(k.expr, ctx)
             if isinstance(k.expr.type, BoolType):
                 v = f"(1 if {v} else 0)"
@@ -292,10 +313,14 @@ class BlockGen(CodeGen):
                 v = f"({v} if {self.expr(owner, ctx)}._v else 0)"
             keys.append(v)
         self.emit(f"e = {ts}.lookup(({''.join(k + ', ' for k in keys)}))")
+        run = "e"
+        if info.implementation:
+            self.member_of_entry(d, self.cp.info.action_profiles[info.implementation], ctx)
+            run = "em"
         self.emit("if e is None:")
         self.emit(f"    a = {ts}.default_action; args = {ts}.default_args; hit = False")
         self.emit("else:")
-        self.emit("    a = e.action; args = e.args; hit = True")
+        self.emit(f"    a = {run}.action; args = {run}.args; hit = True")
         if info.direct_counter:
             self.emit("    e.packets += 1; e.bytes += PK.length")
         if info.support_timeout:

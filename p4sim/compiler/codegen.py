@@ -73,6 +73,7 @@ class _Compiler(LayoutGen, BlockGen, StmtGen, ExternGen, ExprGen):
         bindings.update({py_ident(f"O_{n}"): ("counter", n) for n, c in info.counters.items() if c.direct_table is None})
         bindings.update({py_ident(f"O_{n}"): ("meter", n) for n, m in info.meters.items() if m.direct_table is None})
         bindings.update({py_ident(f"VS_{n}"): ("value_set", n) for n in info.value_sets})
+        bindings.update({f"AP_{py_ident(n)}": ("action_profile", n) for n in info.action_profiles})
         return CompiledCode("\n".join(self.lines) + "\n", bindings,
                             {i: [attr(n) for n in names] for i, names in cp.field_lists.items()},
                             [attr(n) for n in cp.sm_type.fields])

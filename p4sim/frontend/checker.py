@@ -6,7 +6,7 @@ Annotates the AST in place (every Expr gets .type, names get .decl, calls get
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .. import ir
@@ -648,7 +648,14 @@ class Checker:
         elif kind == "direct_meter":
             self.info.meters[sym.qname] = ir.MeterInfo(sym.qname, units[values[0]], 0, "", annos)
         elif kind in ("action_profile", "action_selector"):
-            raise error_at(d, f"{kind} is not supported by p4sim")
+            selector = kind == "action_selector"
+            algo = d.args[0]
+            if selector and not isinstance(algo, ast.TypeMember):
+                raise error_at(algo, "the selector's algorithm must be a HashAlgorithm member")
+            max_group = annotation_value(d.annotations, "max_group_size")
+            self.info.action_profiles[sym.qname] = ir.ActionProfileInfo(
+                sym.qname, int(values[1 if selector else 0]), (), selector, algo.name if selector else "",
+                max_group if isinstance(max_group, int) else 0, annos)
 
     def action(self, d: ast.ActionDecl, scope: Scope, owner: str) -> Sym:
         qname = self.qualified(owner, d.name, d.annotations)
@@ -680,7 +687,8 @@ class Checker:
     def table(self, d: ast.TableDecl, scope: Scope, owner: str) -> Sym:
         qname = self.qualified(owner, d.name, d.annotations)
         sym = Sym("table", d.name, TableType(qname), d, qname=qname, pyname=_py_ident("T_" + qname))
-        fields = []
+        fields: list[ir.MatchField] = []
+        selectors: list[ir.MatchField] = []
         for k in d.keys:
             t = self.expr(k.expr, scope)
             if isinstance(t, BoolType):
@@ -696,11 +704,12 @@ class Checker:
             mk = scope.lookup(k.match_kind)
             if mk is None or mk.kind != "match_kind":
                 raise error_at(k, f"unknown match kind `{k.match_kind}`")
-            if k.match_kind not in ir.MATCH_KINDS:
+            if k.match_kind not in ir.MATCH_KINDS + ("selector",):
                 raise error_at(k, f"match kind `{k.match_kind}` is not supported by p4sim")
             kname = annotation_value(k.annotations, "name")
-            fields.append(ir.MatchField(kname if isinstance(kname, str) else key_name(k.expr), width,
-                                        k.match_kind, _annos(k.annotations), serializable_enum(t)))
+            (selectors if k.match_kind == "selector" else fields).append(ir.MatchField(
+                kname if isinstance(kname, str) else key_name(k.expr), width,
+                k.match_kind, _annos(k.annotations), serializable_enum(t)))
         refs = []
         allowed: dict[str, Sym] = {}
         bound: dict[str, list] = {}          # action -> its directional args bound in the table
@@ -759,8 +768,17 @@ class Checker:
             e = props["support_timeout"].value
             self.expr(e, scope, BOOL)
             support_timeout = bool(self.const_value(e))
+        implementation = self.implementation(d, props["implementation"].value, qname, scope) \
+            if "implementation" in props else None
+        with_selector = implementation is not None and self.info.action_profiles[implementation].with_selector
+        if selectors and not with_selector:
+            raise error_at(d, f"table {d.name} has `selector` keys but no action_selector implementation")
+        if with_selector and not selectors:
+            raise error_at(d, f"table {d.name} has an action_selector but no `selector` keys to hash")
+        if implementation is not None and d.entries:
+            raise error_at(d, f"table {d.name} has an action profile: its entries come from the control plane")
         for pname in props:
-            if pname not in ("default_action", "size", "counters", "meters", "support_timeout"):
+            if pname not in ("default_action", "size", "counters", "meters", "support_timeout", "implementation"):
                 raise error_at(props[pname], f"table property `{pname}` is not supported by p4sim")
         entries = []
         for i, en in enumerate(d.entries or []):
@@ -773,9 +791,28 @@ class Checker:
         d.bound = bound
         sym.value = ir.TableInfo(qname, tuple(fields), tuple(refs), size, default_name, default_args,
                                  const_default, tuple(entries), d.entries_const, direct_counter,
-                                 direct_meter, support_timeout, _annos(d.annotations))
+                                 direct_meter, support_timeout, _annos(d.annotations),
+                                 implementation, tuple(selectors))
         self.info.tables[qname] = sym.value
         return scope.define(sym, d.pos)
+
+    def implementation(self, d: ast.TableDecl, e: ast.Expr, table: str, scope: Scope) -> str:
+        """The action profile named by `implementation = ...`: an instance, or one built in
+        place (`action_selector(...)`), which p4c names after the table."""
+        if isinstance(e, ast.Constructor):
+            inline = ast.Instantiation(e.type_ref, e.args, d.name, pos=e.pos)
+            sym = self.instance(inline, Scope(scope), "")
+            info = self.info.action_profiles.pop(sym.qname, None)
+            if info is None:
+                raise error_at(e, "`implementation` must be an action_profile or action_selector")
+            info = replace(info, name=table)
+        else:
+            isym = scope.lookup(e.name) if isinstance(e, ast.NameRef) else None
+            info = self.info.action_profiles.get(isym.qname) if isym is not None and isym.qname else None
+            if info is None:
+                raise error_at(e, "`implementation` must name an action_profile or action_selector instance")
+        self.info.action_profiles[info.name] = replace(info, tables=info.tables + (table,))
+        return info.name
 
     def bound_args(self, a: ast.ActionRefNode, asym: Sym, scope: Scope) -> None:
         """`actions = { mix(hdr.x.d); }` binds the action's directional parameters."""

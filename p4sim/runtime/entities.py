@@ -13,7 +13,7 @@ import grpc
 from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2
 
-from ..state import CloneSession, StateError, TableEntry
+from ..state import ActionProfileState, CloneSession, StateError, TableEntry, TableState
 from .pipeline_config import Pipeline, RequestError, decode_value, encode_value
 
 Code = grpc.StatusCode
@@ -62,6 +62,8 @@ class EntityIO:
             "register_entry": self._write_register,
             "packet_replication_engine_entry": self._write_pre,
             "digest_entry": self._write_digest,
+            "action_profile_member": self._write_member,
+            "action_profile_group": self._write_group,
         }.get(kind)
         if handler is None:
             raise RequestError(Code.UNIMPLEMENTED, f"{kind or 'empty entity'} writes are not supported")
@@ -87,10 +89,15 @@ class EntityIO:
             return
         if not msg.HasField("action"):
             raise RequestError(Code.INVALID_ARGUMENT, "table entry without an action")
-        action, args = self._action(pipe, t, msg.action, default=False)
+        if t.implementation_id:
+            entry = self._indirect_entry(pipe, t, msg.action)
+        else:
+            action, args = self._action(pipe, t, msg.action, default=False)
+            entry = TableEntry(match, action, args)
         if msg.HasField("meter_config"):
             _check_meter_config(msg.meter_config)    # before anything changes
-        entry = TableEntry(match, action, args, msg.priority, msg.idle_timeout_ns, msg.metadata)
+        entry.match, entry.priority = match, msg.priority
+        entry.idle_timeout_ns, entry.metadata = msg.idle_timeout_ns, msg.metadata
         if op == Update.INSERT:
             self._set_direct_resources(entry, msg)
             table.insert(entry)
@@ -156,11 +163,32 @@ class EntityIO:
                 match[i] = ("range", lo, hi)
         return tuple(match)
 
+    def _indirect_entry(self, pipe: Pipeline, t, table_action) -> TableEntry:
+        """An entry of a table with an action profile: a member, or a selector's group."""
+        kind = table_action.WhichOneof("type")
+        if kind == "action_profile_member_id":
+            entry = TableEntry((), "", member=table_action.action_profile_member_id)
+        elif kind == "action_profile_group_id":
+            entry = TableEntry((), "", group=table_action.action_profile_group_id)
+        else:
+            raise RequestError(Code.INVALID_ARGUMENT, f"table {t.preamble.name} has an action profile: "
+                               "its entries take a member or group id, not an action")
+        self._profile(pipe, t.implementation_id).check_entry(entry)
+        return entry
+
+    def _profile(self, pipe: Pipeline, profile_id: int) -> ActionProfileState:
+        return self.switch.state.action_profiles[pipe.action_profile(profile_id).preamble.name]
+
     def _action(self, pipe: Pipeline, t, table_action, default: bool) -> tuple[str, tuple[int, ...]]:
         kind = table_action.WhichOneof("type")
         if kind != "action":
-            raise RequestError(Code.UNIMPLEMENTED, f"{kind} is not supported (no action profiles)")
-        a = table_action.action
+            raise RequestError(Code.INVALID_ARGUMENT if not t.implementation_id else Code.UNIMPLEMENTED,
+                               f"{kind} for table {t.preamble.name}: " + (
+                                   "it has no action profile" if not t.implementation_id
+                                   else "default entries of indirect tables are not supported"))
+        return self._action_call(pipe, t, table_action.action, default)
+
+    def _action_call(self, pipe: Pipeline, t, a, default: bool) -> tuple[str, tuple[int, ...]]:
         info = pipe.action(a.action_id)
         refs = {r.id: r for r in t.action_refs}
         ref = refs.get(a.action_id)
@@ -188,6 +216,37 @@ class EntityIO:
                                    f"Missing param {p.name} for action {info.preamble.name}")
             args.append(decode_value(given[p.id][0], p.bitwidth, f"{info.preamble.name}.{p.name}"))
         return info.preamble.name, tuple(args)
+
+    def _write_member(self, pipe: Pipeline, op: int, msg) -> None:
+        p = pipe.action_profile(msg.action_profile_id)
+        profile = self._profile(pipe, msg.action_profile_id)
+        if op == Update.DELETE:
+            profile.delete_member(msg.member_id, self._tables_of(pipe, p))
+            return
+        # A member runs in each of the profile's tables: its action must be one of theirs.
+        action, args = self._action_call(pipe, pipe.table(p.table_ids[0]), msg.action, default=False)
+        if op == Update.INSERT:
+            profile.insert_member(msg.member_id, action, args)
+        else:
+            profile.modify_member(msg.member_id, action, args)
+
+    def _write_group(self, pipe: Pipeline, op: int, msg) -> None:
+        p = pipe.action_profile(msg.action_profile_id)
+        profile = self._profile(pipe, msg.action_profile_id)
+        if op == Update.DELETE:
+            profile.delete_group(msg.group_id, self._tables_of(pipe, p))
+            return
+        for m in msg.members:
+            if m.weight < 1:
+                raise RequestError(Code.INVALID_ARGUMENT, f"member {m.member_id} has weight {m.weight}: "
+                                   "weights are positive")
+            if m.weight > 1:
+                raise RequestError(Code.UNIMPLEMENTED, "member weights above 1 are not supported")
+        profile.write_group(msg.group_id, [m.member_id for m in msg.members], msg.max_size,
+                            insert=op == Update.INSERT)
+
+    def _tables_of(self, pipe: Pipeline, p) -> list[TableState]:
+        return [self.switch.state.tables[pipe.table(t).preamble.name] for t in p.table_ids]
 
     def _write_counter(self, pipe: Pipeline, op: int, msg) -> None:
         if op != Update.MODIFY:
@@ -322,6 +381,8 @@ class EntityIO:
             "register_entry": self._read_registers,
             "packet_replication_engine_entry": self._read_pre,
             "digest_entry": self._read_digests,
+            "action_profile_member": self._read_members,
+            "action_profile_group": self._read_groups,
         }.get(kind)
         if reader is None:
             raise RequestError(Code.UNIMPLEMENTED, f"{kind or 'empty entity'} reads are not supported")
@@ -366,7 +427,12 @@ class EntityIO:
                 fm.ternary.value, fm.ternary.mask = encode_value(m[1]), encode_value(m[2])
             else:
                 fm.range.low, fm.range.high = encode_value(m[1]), encode_value(m[2])
-        self._fill_action(pipe, out.action.action, entry.action, entry.args)
+        if entry.member is not None:
+            out.action.action_profile_member_id = entry.member
+        elif entry.group is not None:
+            out.action.action_profile_group_id = entry.group
+        else:
+            self._fill_action(pipe, out.action.action, entry.action, entry.args)
         if query is None:
             return
         kinds = {rid >> 24 for rid in t.direct_resource_ids}
@@ -376,6 +442,31 @@ class EntityIO:
             self._fill_meter(out.meter_config, entry.meter.config)
         if query.HasField("time_since_last_hit"):
             out.time_since_last_hit.elapsed_ns = time.monotonic_ns() - entry.last_hit_ns
+
+    def _read_profiles(self, pipe: Pipeline, profile_id: int) -> Iterator[tuple[int, ActionProfileState]]:
+        """(id, state) of the profile asked for, or of every profile for id 0."""
+        ids = [profile_id] if profile_id else list(pipe.action_profiles)
+        for i in ids:
+            yield i, self._profile(pipe, i)
+
+    def _read_members(self, pipe: Pipeline, msg, new: Callable) -> None:
+        for profile_id, profile in self._read_profiles(pipe, msg.action_profile_id):
+            for member_id, m in sorted(profile.members.items()):
+                if msg.member_id and member_id != msg.member_id:
+                    continue
+                out = new()
+                out.action_profile_id, out.member_id = profile_id, member_id
+                self._fill_action(pipe, out.action, m.action, m.args)
+
+    def _read_groups(self, pipe: Pipeline, msg, new: Callable) -> None:
+        for profile_id, profile in self._read_profiles(pipe, msg.action_profile_id):
+            for group_id, g in sorted(profile.groups.items()):
+                if msg.group_id and group_id != msg.group_id:
+                    continue
+                out = new()
+                out.action_profile_id, out.group_id, out.max_size = profile_id, group_id, g.max_size
+                for member_id in sorted(g.members):
+                    out.members.add(member_id=member_id, weight=1)
 
     @staticmethod
     def _fill_action(pipe: Pipeline, out, name: str, args: tuple[int, ...]) -> None:

@@ -59,6 +59,7 @@ class Pipeline:
     direct_meters: dict[int, p4info_pb2.DirectMeter] = field(default_factory=dict)
     registers: dict[int, p4info_pb2.Register] = field(default_factory=dict)
     digests: dict[int, p4info_pb2.Digest] = field(default_factory=dict)
+    action_profiles: dict[int, p4info_pb2.ActionProfile] = field(default_factory=dict)
     ids: dict[str, int] = field(default_factory=dict)          # "table:NAME" -> id
     packet_in: p4info_pb2.ControllerPacketMetadata | None = None
     packet_out: p4info_pb2.ControllerPacketMetadata | None = None
@@ -76,7 +77,8 @@ class Pipeline:
                   ("meter", p4info.meters, pipe.meters, info.meters),
                   ("direct_meter", p4info.direct_meters, pipe.direct_meters, info.meters),
                   ("register", p4info.registers, pipe.registers, info.registers),
-                  ("digest", p4info.digests, pipe.digests, info.digests)]
+                  ("digest", p4info.digests, pipe.digests, info.digests),
+                  ("action_profile", p4info.action_profiles, pipe.action_profiles, info.action_profiles)]
         for kind, messages, by_id, known in groups:
             for msg in messages:
                 name = msg.preamble.name
@@ -111,6 +113,9 @@ class Pipeline:
 
     def action(self, action_id: int) -> p4info_pb2.Action:
         return self._get(self.actions, action_id)
+
+    def action_profile(self, profile_id: int) -> p4info_pb2.ActionProfile:
+        return self._get(self.action_profiles, profile_id)
 
     @staticmethod
     def _get(by_id: dict, id_: int):

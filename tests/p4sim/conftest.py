@@ -3,8 +3,9 @@ compiled once per session, and a fresh in-process Switch per test.
 """
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Iterator
 
 import pytest
 
@@ -70,3 +71,33 @@ def p4runtime_shell(monkeypatch: pytest.MonkeyPatch):
 
     monkeypatch.setattr(P4RuntimeClient, "get_stream_packet", get_stream_packet)
     return sh
+
+
+@contextlib.contextmanager
+def pushed_switch(sh, program_path: Path, tmp_path: Path, cpu_port: int | None = None,
+                  transmit: Callable[[int, bytes], None] = lambda port, data: None) -> Iterator[tuple]:
+    """A p4sim switch started with no program behind a P4Runtime server on a free loopback
+    port, pushed `program_path` by p4runtime-shell `sh`; yields (switch, service)."""
+    from p4sim import Program, Switch, compile_file
+    from p4sim.p4info import build_p4info, to_text
+    from p4sim.runtime.p4runtime import P4RuntimeService, serve
+
+    program = compile_file(str(program_path))
+    p4info_path, config_path = tmp_path / "p4info.txt", tmp_path / "device_config.json"
+    p4info_path.write_text(to_text(build_p4info(program.info)))
+    config_path.write_bytes(program.device_config())
+    switch = Switch(None, cpu_port=cpu_port)
+    service = P4RuntimeService(switch, Program.from_device_config, device_id=1, cpu_port=cpu_port,
+                               transmit=transmit)
+    switch.on_digest = service.digest
+    server, port = serve(service, "127.0.0.1:0")
+    try:
+        sh.setup(device_id=1, grpc_addr=f"127.0.0.1:{port}", election_id=(0, 1),
+                 config=sh.FwdPipeConfig(str(p4info_path), str(config_path)), verbose=False)
+        try:
+            yield switch, service
+        finally:
+            sh.teardown()
+    finally:
+        server.stop(None)
+        service.close()

@@ -94,7 +94,7 @@ CASES = {
     table pick {
         key = { hdr.eth.dstAddr : exact; }
         actions = { forward; }
-        ⟦implementation = action_profile(32w128)⟧;
+        ⟦psa_direct_counter = 32w128⟧;
     }""",
         statements="        pick.apply();"),
 }

@@ -65,10 +65,11 @@ def test_error_names_file_line_and_column(tmp_path, body, line_offset, column, w
 
 def test_unsupported_construct_is_a_located_error(tmp_path):
     text = HEAD + "control I(inout headers hdr, inout meta_t meta, inout standard_metadata_t sm) {\n" \
-        "    action_profile(32w128) profile;\n    apply { }\n}" + TAIL
+        "    table t {\n        key = { hdr.eth.dst: exact; }\n        actions = { NoAction; }\n" \
+        "        psa_direct_counter = 32w128;\n    }\n    apply { t.apply(); }\n}" + TAIL
     err = error_of(tmp_path, text)
-    assert "action_profile is not supported" in err.message
-    assert err.line == text.splitlines().index("    action_profile(32w128) profile;") + 1
+    assert "table property `psa_direct_counter` is not supported" in err.message
+    assert err.line == text.splitlines().index("        psa_direct_counter = 32w128;") + 1
 
 
 def test_error_inside_an_included_file_names_that_file(tmp_path):

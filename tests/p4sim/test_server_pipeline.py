@@ -12,9 +12,7 @@ import pytest
 from p4.v1 import p4runtime_pb2
 from scapy.layers.l2 import Ether
 
-from p4sim import Program, Switch, compile_file
-from p4sim.p4info import build_p4info, to_text
-from p4sim.runtime.p4runtime import P4RuntimeService, serve
+from tests.p4sim.conftest import pushed_switch
 
 PROGRAM = Path(__file__).resolve().parents[1] / "p4programs" / "packet_io.p4"
 CPU_PORT = 255
@@ -23,28 +21,10 @@ CPU_PORT = 255
 @pytest.fixture
 def shell(tmp_path, p4runtime_shell):
     """A p4sim switch started with --no-p4, pushed packet_io.p4 by p4runtime-shell."""
-    sh = p4runtime_shell
-    program = compile_file(str(PROGRAM))
-    p4info_path, config_path = tmp_path / "packet_io.p4info.txt", tmp_path / "packet_io.json"
-    p4info_path.write_text(to_text(build_p4info(program.info)))
-    config_path.write_bytes(program.device_config())
-
-    switch = Switch(None, cpu_port=CPU_PORT)
     sent: queue.Queue = queue.Queue()
-    service = P4RuntimeService(switch, Program.from_device_config, device_id=1, cpu_port=CPU_PORT,
-                               transmit=lambda port, data: sent.put((port, data)))
-    switch.on_digest = service.digest
-    server, port = serve(service, "127.0.0.1:0")
-    try:
-        sh.setup(device_id=1, grpc_addr=f"127.0.0.1:{port}", election_id=(0, 1),
-                 config=sh.FwdPipeConfig(str(p4info_path), str(config_path)), verbose=False)
-        try:
-            yield sh, switch, service, sent
-        finally:
-            sh.teardown()
-    finally:
-        server.stop(None)
-        service.close()
+    with pushed_switch(p4runtime_shell, PROGRAM, tmp_path, CPU_PORT,
+                       lambda port, data: sent.put((port, data))) as (switch, service):
+        yield p4runtime_shell, switch, service, sent
 
 
 FRAME = bytes(Ether(dst="00:00:00:00:00:02", src="00:00:00:00:00:01", type=0x88B5) / (b"x" * 20))
