@@ -774,7 +774,8 @@ class Checker:
         if selectors and not with_selector:
             raise error_at(d, f"table {d.name} has `selector` keys but no action_selector implementation")
         if with_selector and not selectors:
-            raise error_at(d, f"table {d.name} has an action_selector but no `selector` keys to hash")
+            raise error_at(props["implementation"].value,
+                           f"table {d.name} has an action_selector but no `selector` keys to hash")
         if implementation is not None and d.entries:
             raise error_at(d, f"table {d.name} has an action profile: its entries come from the control plane")
         for pname in props:
