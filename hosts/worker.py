@@ -126,11 +126,12 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    times, stats = [], []
+    times, started, stats = [], [], []
     try:
         for _ in range(args.warmup):
             reduce(worker, tensor, args.op)
         for _ in range(args.iterations):
+            started.append(time.time())
             start = time.perf_counter()
             result = reduce(worker, tensor, args.op)
             times.append(time.perf_counter() - start)
@@ -142,7 +143,10 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         worker.close()
     report = {"job_id": args.job_id, "worker_id": args.worker_id, "workers": args.workers,
-              "elements": int(tensor.size), "dtype": str(tensor.dtype), "seconds": times}
+              "elements": int(tensor.size), "dtype": str(tensor.dtype), "seconds": times,
+              # Wall clock (the hosts of one machine share it): when each call began, so a caller
+              # can time a collective from its last worker's start, not from the earliest one's.
+              "started_at": started}
     if stats:
         report["packets_sent"] = sum(s.packets_sent for s in stats)
         report["retransmits"] = sum(s.retransmits for s in stats)

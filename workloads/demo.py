@@ -72,8 +72,9 @@ class Summary:
 
 
 def run_decoder(fabric: Fabric, backend: str, worker_args: list[str], work_dir: Path,
-                progress: tqdm, reference, timeout_s: float, retransmit_ms: float = 50.0) -> Run:
-    """Start one tp_worker per host with launcher variables, follow rank 0's progress, check."""
+                progress: tqdm | None, reference, timeout_s: float, retransmit_ms: float = 50.0) -> Run:
+    """Start one tp_worker per host with launcher variables, follow rank 0's progress (on the bar,
+    if given), check."""
     job = fabric.topo.jobs[0]
     hosts = [fabric.topo.hosts[h] for h in job.workers]
     out_dir = work_dir / f"{backend}-n{len(hosts)}"
@@ -119,9 +120,10 @@ def run_decoder(fabric: Fabric, backend: str, worker_args: list[str], work_dir: 
                compare(tokens, logits, reference))
 
 
-def _follow(proc: subprocess.Popen, progress: tqdm, label: str, timeout_s: float) -> None:
+def _follow(proc: subprocess.Popen, progress: tqdm | None, label: str, timeout_s: float) -> None:
     """Advance the progress bar on each token rank 0 reports, until it is done or stalls."""
-    progress.set_postfix_str(label)
+    if progress is not None:
+        progress.set_postfix_str(label)
     deadline = time.monotonic() + timeout_s
     while True:
         ready, _, _ = select.select([proc.stdout], [], [], max(0.0, deadline - time.monotonic()))
@@ -133,7 +135,8 @@ def _follow(proc: subprocess.Popen, progress: tqdm, label: str, timeout_s: float
         message = json.loads(line)
         if message.get("done"):
             return
-        progress.update()
+        if progress is not None:
+            progress.update()
 
 
 def print_table(summaries: list[Summary]) -> None:

@@ -101,6 +101,8 @@ def test_inc_workers_over_udp_through_p4sim_get_the_numpy_sum(switch: Switch, dt
             bridge.close()
     for r in reports:
         assert r["correct"] and len(r["seconds"]) == 2 and r["elements"] == 200
+        first, second = r["started_at"]
+        assert second >= first + r["seconds"][0]        # the second call began after the first ended
         # 7 chunks a call; after the warm-up call the exponents are settled: one packet each, and
         # no more but the retransmissions. How many those are depends on the machine: all 7 chunks
         # are in flight at once, so one stall of a worker or the switch longer than the learned RTO

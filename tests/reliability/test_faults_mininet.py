@@ -36,6 +36,15 @@ HANG_GUARD_S = 900.0        # IncStar.allreduce stops the workers after this
 DRAIN_S = 1.0               # a paused job's last packets through the switch: a few hundred at most
 
 
+@pytest.fixture
+def star(tmp_path: Path):  # noqa: ANN201 - an IncStar
+    """A p4sim star of 4 hosts of this test's own: the kill test leaves a new switch process,
+    which must be stopped before the test's leak check, not by a module's fixture after it."""
+    from tests.mininet.conftest import inc_fabric
+    with inc_fabric(tmp_path / "star", 4, "p4sim") as net:
+        yield net
+
+
 def controller(star: IncStar, *args: str) -> list[str]:
     """The command line of `python -m controller ARGS` for this star."""
     return [sys.executable, "-m", "controller", *args, "--topo", str(star.fabric.options.topology_path),
