@@ -20,6 +20,7 @@ from .control import dump_state, install_runtime_config, read_counters
 from .entries import RuntimeConfig
 from .errors import ControllerError
 from .fabric import open_switch, setup_switch, watch
+from .pool import JobPool, PoolServer
 from .registers import TARGETS
 from .switch import READ_ONLY_ELECTION_ID, Pipeline, Switch
 
@@ -35,6 +36,7 @@ examples:
   python -m controller registers MyIngress.slot_count --switch s1 --index 0 512
   python -m controller clear-slots 1
   python -m controller install s1-runtime.json --switch s1 # the P4 tutorials' runtime JSON
+  python -m controller pool --listen unix:/tmp/p4inc-pool.sock --slots 64   # jobs ask for slots
 
 A second `setup` (a restarted controller) wins arbitration with a newer election id and
 only adds what is missing: the pipeline is pushed only to a device that runs none or
@@ -110,6 +112,17 @@ def _parser() -> argparse.ArgumentParser:
     switches_arg(c, many=True)
     pipeline_args(c)
     c.add_argument("--poll", type=_poll_seconds, default=1.0, help="seconds between checks (default: 1)")
+    c = command("pool", _pool, "set up the switches, keep them set up (as watch), and serve the "
+                "slot pool: jobs ask for slots and give them back (docs/protocol.md)")
+    switches_arg(c, many=True)
+    pipeline_args(c)
+    c.add_argument("--listen", required=True, metavar="ADDR",
+                   help="where hosts reach the service: HOST:PORT, or unix:PATH (a Unix socket, which "
+                        "Mininet hosts reach through the shared file system)")
+    c.add_argument("--slots", type=_positive, help="slots per switch the pool hands out "
+                   "(default: the whole pool from --first-slot)")
+    c.add_argument("--first-slot", type=int, default=0, help="the pool's first slot (default: 0)")
+    c.add_argument("--poll", type=_poll_seconds, default=1.0, help="seconds between checks (default: 1)")
     c = command("install", _install, "install a P4 tutorials runtime JSON (table_entries, "
                 "multicast_group_entries, clone_session_entries) on one switch")
     c.add_argument("runtime", type=Path, help="the runtime JSON file")
@@ -166,6 +179,43 @@ def _watch(args: argparse.Namespace) -> int:
         for sw in switches:
             sw.close()
     return 0
+
+
+def _pool(args: argparse.Namespace) -> int:
+    topo, pipeline = Topology.load(args.topo), _pipeline(args)
+    names = _names(args, topo)
+    switches = [open_switch(topo, name, args.target, _election(args)) for name in names]
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    try:
+        for sw in switches:
+            sw.connect()
+            result = setup_switch(sw, topo, pipeline)
+            if result.jobs_admitted or any(jobs_on_switch(topo, sw.name, pool_size(sw))[0]):
+                raise ControllerError(f"{sw.name} aggregates the topology's own jobs, which hold its whole slot "
+                                      f"pool: serve the pool on a topology without jobs")
+        pool = JobPool(topo, switches, args.slots, args.first_slot)
+        try:
+            with PoolServer(pool, args.listen) as server:
+                log.info("serving the slot pool at %s (Ctrl-C to stop)", server.address)
+                watch(switches, topo, pipeline, stop, args.poll)
+        finally:
+            pool.close()
+    finally:
+        for sw in switches:
+            sw.close()
+    return 0
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
 
 
 def _install(args: argparse.Namespace) -> int:

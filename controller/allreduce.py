@@ -101,6 +101,33 @@ def jobs_on_switch(topo: Topology, switch: str, pool: int) -> tuple[list[Job], l
     return aggregated, forwarded
 
 
+def place_job(topo: Topology, hosts: list[str], allowed: set[str]) -> tuple[str, dict[str, int]] | None:
+    """Where a job of `hosts` can be aggregated using only the `allowed` switches: the one
+    closest to all the hosts' switches (the rule `jobs_on_switch` follows) such that every
+    switch on the way to it is allowed too, as it must forward the job; and the port each of
+    those switches forwards the job through. None when no allowed switch qualifies."""
+    routes = _Routes(topo)
+    sources = [topo.host_port(h)[0] for h in hosts]
+    candidates = []
+    for agg in allowed:
+        hops = [routes.hops(s, agg) for s in sources]
+        if None in hops:
+            continue
+        path = [s for s in topo.switches if s != agg and routes.on_path(s, sources, agg)]
+        if all(s in allowed for s in path):
+            candidates.append((max(hops), _natural(agg), agg, path))
+    if not candidates:
+        return None
+    _, _, agg, path = min(candidates)
+    return agg, {s: routes.next_port(s, agg) for s in path}
+
+
+def worker_ports(topo: Topology, switch: str, hosts: list[str]) -> list[int]:
+    """The port of `switch` towards each host."""
+    routes = _Routes(topo)
+    return [routes.port_to_host(switch, h) for h in hosts]
+
+
 def forwarding_entries(topo: Topology, switch: str) -> tuple[list[TableEntry], list[MulticastGroup]]:
     """l2_forward for every host MAC (and broadcast to the flood group); ipv4_lpm /32
     routes only towards hosts of subnets this switch has no host in (leaf-spine)."""
@@ -229,6 +256,9 @@ class _Routes:
 
     def reaches(self, switch: str, host: str) -> bool:
         return self.topo.host_port(host)[0] in self._dist[switch]
+
+    def hops(self, switch: str, target: str) -> int | None:
+        return self._dist[switch][target][0] if target in self._dist[switch] else None
 
     def next_port(self, switch: str, target: str) -> int:
         return self._dist[switch][target][1]

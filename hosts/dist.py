@@ -2,7 +2,11 @@
 `all_reduce`, `reduce_scatter`, `all_gather`, `broadcast`, `barrier`, with rank and world
 size from the variables torchrun and Open MPI set, so a worker script runs unchanged under
 a launcher. Backends: "inc" (the switch sums), "ring" (host ring), "auto" (INC if the switch
-answers at start-up, else the ring; logged and counted).
+answers at start-up, else the ring; and the ring from the call on which the switch stops
+answering, that call redone whole: hosts/fallback.py; every fallback logged and counted).
+With P4INC_POOL set, rank 0 first asks the controller's slot pool for the job's slots
+(hosts/pool.py); a refusal (pool full, no switch can aggregate for these hosts, no service)
+means the ring under "auto".
 
 Only AllReduce is in the switch today. The other collectives are built on it: broadcast is
 an AllReduce where non-roots contribute zeros, all_gather an AllReduce of each rank's array
@@ -26,7 +30,9 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from hosts.agent import IncError, IncTimeoutError, JobConfig, Worker
+from hosts.fallback import FallbackAllReduce, FallbackEvent
 from hosts.inc import AGG_IP, INC_PORT
+from hosts.pool import Lease, PoolRefused, request_slots
 from hosts.ring import RingConfig, RingWorker
 from hosts.transport import UdpPeerTransport, UdpTransport
 
@@ -105,6 +111,7 @@ class Options:
     max_retries: int = 200                        # the ring's (INC measures its own timeout)
     give_up_after: float = 30.0                   # INC: seconds without a result before IncTimeoutError
     probe_timeout: float = 1.0                    # P4INC_PROBE_TIMEOUT: "auto" waits this long for the switch
+    pool: str | None = None                       # P4INC_POOL=HOST:PORT|unix:PATH: ask the slot pool for a job
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> Options:
@@ -117,7 +124,8 @@ class Options:
                        interface=env.get("P4INC_INTERFACE") or None,
                        window=int(env.get("P4INC_WINDOW", cls.window)),
                        timeout=float(env.get("P4INC_TIMEOUT_MS", 1e3 * cls.timeout)) / 1e3,
-                       probe_timeout=float(env.get("P4INC_PROBE_TIMEOUT", cls.probe_timeout)))
+                       probe_timeout=float(env.get("P4INC_PROBE_TIMEOUT", cls.probe_timeout)),
+                       pool=env.get("P4INC_POOL") or None)
         except ValueError as e:
             raise DistError(f"a P4INC_* variable is malformed: {e}") from None
 
@@ -138,12 +146,15 @@ class Stats:
 class ProcessGroup:
     """Every rank of a job; each collective must be called by all ranks in the same order."""
 
-    def __init__(self, rank: int, world_size: int, agent: Worker | RingWorker, backend: str,
-                 fallbacks: int = 0) -> None:
+    def __init__(self, rank: int, world_size: int, agent: Worker | RingWorker | FallbackAllReduce, backend: str,
+                 fallbacks: int = 0, lease: Lease | None = None) -> None:
         self.rank = rank
         self.world_size = world_size
         self._agent = agent
+        self._lease = lease
         self.stats = Stats(backend, fallbacks)
+        if isinstance(agent, FallbackAllReduce):
+            agent.on_fallback = self._fell_back
 
     @property
     def backend(self) -> str:
@@ -197,7 +208,14 @@ class ProcessGroup:
         self.stats.add("barrier", time.perf_counter() - start)
 
     def close(self) -> None:
+        """Stop the agents; rank 0 gives the job's pool slots back (after every rank's last call)."""
         self._agent.close()
+        if self._lease is not None:
+            self._lease.release()
+
+    def _fell_back(self, _event: FallbackEvent) -> None:
+        self.stats.fallbacks += 1
+        self.stats.backend = "ring"
 
     def _reduce(self, array: np.ndarray, op: ReduceOp) -> np.ndarray:
         result = self._agent.allreduce(array)
@@ -211,41 +229,74 @@ class ProcessGroup:
 def new_group(backend: str = "auto", env: LaunchEnv | None = None, options: Options | None = None) -> ProcessGroup:
     """Rendezvous with the other ranks at MASTER_ADDR:MASTER_PORT and set up the backend.
 
-    "auto" tries the switch with a one-element AllReduce; if any rank gets no answer within
-    `options.probe_timeout`, all ranks agree (through the rendezvous) to use the ring.
+    With `options.pool`, rank 0 asks the slot pool for the job's slots first. "auto" tries the
+    switch with a one-element AllReduce; if the pool refuses or any rank gets no answer within
+    `options.probe_timeout`, all ranks agree (through the rendezvous) to use the ring; later,
+    a call the switch stops answering is redone on the ring (hosts/fallback.py).
     """
     if backend not in BACKENDS:
         raise DistError(f"backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
     env = LaunchEnv.from_environ() if env is None else env
     options = Options.from_environ() if options is None else options
     rendezvous = Rendezvous(env)
-    ring_transport = None
+    ring_transport = lease = None
     try:
         ring_transport, me = _ring_socket(rendezvous, options)
-        peers = [tuple(p) for p in rendezvous.all_gather(me)]
-        if backend in ("auto", "inc"):
+        ring_transport.peers = [tuple(p) for p in rendezvous.all_gather(me)]
+        refusal = None
+        if backend in ("auto", "inc") and options.pool:
+            lease, answer = _pool_job(rendezvous, env, options)
+            if isinstance(answer, str):
+                refusal = answer
+            else:
+                options = dataclasses.replace(options, job_id=answer["job_id"],
+                                              window=min(options.window, answer["num_slots"]))
+        ring_config = RingConfig(options.job_id, env.rank, env.world_size, window=options.window,
+                                 timeout=options.timeout, max_retries=options.max_retries)
+        if backend in ("auto", "inc") and refusal is None:
             inc = _probe_inc(env, options, backend == "auto")
             if all(rendezvous.all_gather(inc is not None)):
+                if backend == "auto":
+                    agent = FallbackAllReduce(inc, ring_config, ring_transport)
+                    return ProcessGroup(env.rank, env.world_size, agent, "inc", lease=lease)
                 ring_transport.close()
-                return ProcessGroup(env.rank, env.world_size, inc, "inc")
+                return ProcessGroup(env.rank, env.world_size, inc, "inc", lease=lease)
             if inc is not None:
                 inc.close()
+            refusal = f"no switch answered job {options.job_id} at {options.aggregator[0]}"
+        if refusal is not None:
             if backend == "inc":
-                raise DistError(f"the switch did not answer job {options.job_id} at {options.aggregator[0]} on "
-                                f"every rank; is the job installed and are all {env.world_size} ranks on it?")
-            log.warning("rank %d: no switch answered job %d at %s; falling back to the host ring",
-                        env.rank, options.job_id, options.aggregator[0])
-        ring_transport.peers = peers
-        config = RingConfig(options.job_id, env.rank, env.world_size, window=options.window,
-                            timeout=options.timeout, max_retries=options.max_retries)
-        return ProcessGroup(env.rank, env.world_size, RingWorker(config, ring_transport), "ring",
+                raise DistError(f"{refusal} on every rank; is the job installed and are all {env.world_size} "
+                                f"ranks on it?")
+            log.warning("rank %d: %s; falling back to the host ring", env.rank, refusal)
+        if lease is not None:
+            lease.release()
+        return ProcessGroup(env.rank, env.world_size, RingWorker(ring_config, ring_transport), "ring",
                             fallbacks=int(backend == "auto"))
     except BaseException:
         if ring_transport is not None:
             ring_transport.close()
+        if lease is not None:
+            lease.release()
         raise
     finally:
         rendezvous.close()
+
+
+def _pool_job(rendezvous: Rendezvous, env: LaunchEnv, options: Options) -> tuple[Lease | None, dict | str]:
+    """Rank 0 asks the pool for slots for every rank's INC address; every rank learns the
+    grant ({"job_id", "num_slots"}) or why there is none (a message); rank 0 holds the lease."""
+    addresses = rendezvous.all_gather([rendezvous.local_ip, _inc_port(env, options)])
+    lease, answer = None, None
+    if env.rank == 0:
+        try:
+            lease = request_slots(options.pool, [(ip, port) for ip, port in addresses], options.window)
+            answer = {"job_id": lease.job_id, "num_slots": lease.num_slots}
+            log.info("job %d: %d slots of %s from the pool at %s", lease.job_id, lease.num_slots, lease.switch,
+                     options.pool)
+        except PoolRefused as e:
+            answer = f"the slot pool refused the job ({e.reason}: {e})"
+    return lease, rendezvous.all_gather(answer)[0]
 
 
 class Rendezvous:
@@ -412,8 +463,7 @@ def _ring_socket(rendezvous: Rendezvous, options: Options) -> tuple[UdpPeerTrans
 def _probe_inc(env: LaunchEnv, options: Options, quick: bool) -> Worker | None:
     """An INC worker that has seen the switch answer a one-element AllReduce, or None (quick)
     when it did not answer within the probe timeout."""
-    port = INC_PORT + env.local_rank if options.inc_port is None else options.inc_port
-    transport = UdpTransport(options.aggregator, ("0.0.0.0", port), options.interface)
+    transport = UdpTransport(options.aggregator, ("0.0.0.0", _inc_port(env, options)), options.interface)
     config = JobConfig(options.job_id, env.rank, env.world_size, window=options.window,
                        give_up_after=options.give_up_after)
     try:
@@ -430,6 +480,10 @@ def _probe_inc(env: LaunchEnv, options: Options, quick: bool) -> Worker | None:
         transport.close()
         raise
     return Worker(config, transport, next_seq=probe.next_seq) if quick else probe
+
+
+def _inc_port(env: LaunchEnv, options: Options) -> int:
+    return INC_PORT + env.local_rank if options.inc_port is None else options.inc_port
 
 
 def _read_line(conn: socket.socket, timeout: float) -> Any:

@@ -1,0 +1,127 @@
+"""AllReduce in the switch while it answers, on the host ring once it does not: `FallbackAllReduce`
+wraps an INC `Worker` and, when a call runs out of time (the switch, or its job, is gone), redoes
+that whole call on the ring (hosts/ring.py) and uses the ring from then on. Every fallback is
+logged and counted. The ranks first agree, over the ring, which call each one was in, so ranks
+that got one call further through the switch than others redo it with them.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from hosts import numerics
+from hosts.agent import IncError, IncTimeoutError, Worker
+from hosts.ring import RingConfig, RingWorker
+from hosts.transport import PeerTransport
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class FallbackEvent:
+    """The switch path given up at `call` (0-based, this worker's calls) because of `reason`."""
+    call: int
+    reason: str
+
+
+@dataclass
+class FallbackAllReduce:
+    """`allreduce(array, op)` through `inc` (None: on the ring from the start) with the ring
+    over `ring_transport` as the way out. Every rank of the job must wrap its worker alike and
+    make the same calls. `on_fallback` hears of each fallback (also kept in `events`)."""
+    inc: Worker | None
+    ring_config: RingConfig
+    ring_transport: PeerTransport
+    on_fallback: Callable[[FallbackEvent], None] = lambda event: None
+    events: list[FallbackEvent] = field(default_factory=list)
+    calls: int = 0
+    ring: RingWorker | None = field(default=None, repr=False)
+    _previous: tuple[np.ndarray, str] | None = field(default=None, repr=False)   # last call's input and op
+
+    @property
+    def on_ring(self) -> bool:
+        return self.inc is None
+
+    def allreduce(self, array: np.ndarray, op: str = "sum") -> np.ndarray:
+        array = np.asarray(array)
+        numerics.reduce_op(op, array.dtype)          # the same TypeError/ValueError on either path
+        call = self.calls
+        self.calls += 1
+        if self.inc is not None:
+            mine = array.copy()          # the caller may overwrite it with the result; a redo needs it
+            try:
+                result = self.inc.allreduce(array, op)
+            except IncTimeoutError as e:
+                self._give_up_switch(call, f"the switch stopped answering mid-call: {e}")
+                return self._redo(call, mine, op)
+            self._previous = (mine, op)
+            return result
+        return ring_reduce(self._ring(), array, op)
+
+    def fall_back(self, reason: str) -> None:
+        """Use the ring from the first call on (before any call: no rank has used the switch)."""
+        if self.calls:
+            raise IncError("fall_back() is for before the first call; later, a timed-out call falls back")
+        self._give_up_switch(0, reason)
+
+    def close(self) -> None:
+        if self.inc is not None:
+            self.inc.close()
+        if self.ring is not None:
+            self.ring.close()
+        else:
+            self.ring_transport.close()
+
+    def _give_up_switch(self, call: int, reason: str) -> None:
+        event = FallbackEvent(call, reason)
+        log.warning("job %d rank %d: falling back to the host ring at call %d: %s", self.ring_config.job_id,
+                    self.ring_config.rank, call, reason)
+        self.events.append(event)
+        if self.inc is not None:
+            self.inc.close()
+            self.inc = None
+        self.on_fallback(event)
+
+    def _ring(self) -> RingWorker:
+        if self.ring is None:
+            self.ring = RingWorker(self.ring_config, self.ring_transport)
+        return self.ring
+
+    def _redo(self, call: int, array: np.ndarray, op: str) -> np.ndarray:
+        """Agree with the other ranks on the first call someone has no result for, redo from
+        there on the ring. A call completes through the switch only once every rank has sent
+        all of it, so ranks are at most one call apart: `call` or `call - 1`."""
+        ring = self._ring()
+        n = self.ring_config.num_workers
+        where = np.zeros(n, np.int32)
+        where[self.ring_config.rank] = call + 1
+        stuck_at = ring_reduce(ring, where, "sum").astype(int) - 1
+        first = int(stuck_at.min())
+        if call - first not in (0, 1) or (call - first == 1 and self._previous is None):
+            raise IncError(f"job {self.ring_config.job_id}: ranks lost the switch at calls {stuck_at.tolist()}; "
+                           f"they cannot be brought back in step")
+        if call > first:
+            log.info("job %d rank %d: redoing call %d on the ring with the ranks still in it",
+                     self.ring_config.job_id, self.ring_config.rank, first)
+            ring_reduce(ring, *self._previous)      # this rank has its result already
+        self._previous = None
+        return ring_reduce(ring, array, op)
+
+
+def ring_reduce(ring: RingWorker, array: np.ndarray, op: str) -> np.ndarray:
+    """`op` over the ranks on the ring, which only sums int32 and float32: float16 and bfloat16
+    sum in float32 and are rounded once; min and max gather every rank's words (a sum of one
+    array and zeros, exact) and reduce locally."""
+    if op == "sum":
+        if array.dtype in (np.int32, np.float32):
+            return ring.allreduce(array)
+        return ring.allreduce(array.astype(np.float32)).astype(array.dtype)
+    n, rank = ring.config.num_workers, ring.config.rank
+    words = np.ascontiguousarray(array).view(np.int32).ravel()      # min and max take 4-byte dtypes only
+    placed = np.zeros((n, words.size), np.int32)
+    placed[rank] = words
+    gathered = ring.allreduce(placed.ravel()).reshape(n, -1).view(array.dtype).reshape(n, *array.shape)
+    return (np.min if op == "min" else np.max)(gathered, axis=0)

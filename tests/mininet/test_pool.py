@@ -1,0 +1,195 @@
+"""Issue 12, items 3 and 5, in Mininet (root): `python -m controller pool` sets up a p4sim star
+of 6 hosts with no jobs of its own and serves the slot pool on a Unix socket; jobs run
+`python -m hosts.dist_worker` in their hosts (backend auto, slots from the pool). Three
+concurrent jobs on a pool that fits two: the third is refused and runs on the ring. A switch
+killed mid-call: the job finishes on the ring. Every result equals numpy's sum exactly.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import grpc
+import numpy as np
+import pytest
+from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
+
+from controller.switch import Pipeline
+from hosts.inc import INC_K
+from tests.mininet.conftest import free_port
+from topologies.fabric import Fabric, FabricOptions
+from topologies.pieces import DEFAULT_PROGRAM, compile_program
+from topologies.procs import end_child
+from topologies.spec import star
+from topologies.switches import REPO_ROOT
+
+pytestmark = pytest.mark.mininet
+log = logging.getLogger(__name__)
+
+WINDOW = 16
+POOL_SLOTS = 2 * WINDOW          # room for two jobs
+HANG_GUARD_S = 600.0
+
+
+@dataclass
+class PoolStar:
+    """A star of 6 hosts and the pool controller serving it."""
+    fabric: Fabric
+    program_dir: Path
+    work_dir: Path
+    address: str
+    controller_log: Path
+
+    def switch_counter(self, name: str) -> int:
+        """A counter of s1, read over P4Runtime without arbitration (the pool controller stays primary)."""
+        pipeline = Pipeline.from_build(self.program_dir, "allreduce")
+        (counter_id,) = [c.preamble.id for c in pipeline.p4info.counters if c.preamble.name == name]
+        request = p4runtime_pb2.ReadRequest(device_id=0)
+        request.entities.add().counter_entry.counter_id = counter_id
+        with grpc.insecure_channel(self.fabric.topo.switches["s1"].grpc_addr) as channel:
+            responses = p4runtime_pb2_grpc.P4RuntimeStub(channel).Read(request, timeout=30)
+            return sum(e.counter_entry.data.packet_count for r in responses for e in r.entities)
+
+    def start_job(self, name: str, hosts: list[str], calls: list[list[np.ndarray]],
+                  *extra: str) -> list[subprocess.Popen]:
+        """Rank r of the job runs in hosts[r] and AllReduces calls[c][r] for each call c."""
+        topo = self.fabric.topo
+        master = f"{topo.hosts[hosts[0]].address}:{free_port()}"
+        procs = []
+        for r, host in enumerate(hosts):
+            inputs = []
+            for c, call in enumerate(calls):
+                inputs += ["--input", str(self.work_dir / f"{name}-r{r}-in{c}.npy")]
+                np.save(inputs[-1], call[r])
+            cmd = [sys.executable, "-m", "hosts.dist_worker", "--rank", str(r), "--world-size", str(len(hosts)),
+                   "--master", master, "--pool", self.address, "--interface", topo.hosts[host].intf,
+                   "--window", str(WINDOW), *inputs, "--output", str(self.work_dir / f"{name}-r{r}.npy"), *extra]
+            procs.append(self.fabric.popen(host, cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE,
+                                           stderr=subprocess.PIPE, text=True))
+        return procs
+
+    def finish_job(self, name: str, procs: list[subprocess.Popen], n_calls: int) -> tuple[list[dict], list[list]]:
+        """Every rank's JSON report (with its stderr) and results, once all have ended."""
+        reports, results = [], []
+        for r, proc in enumerate(procs):
+            try:
+                out, err = proc.communicate(timeout=HANG_GUARD_S)
+            finally:
+                end_child(proc)
+            assert proc.returncode == 0, f"{name} rank {r} failed: {err[-2000:]}"
+            reports.append({**json.loads(out.strip().splitlines()[-1]), "stderr": err})
+            results.append([np.load(self.work_dir / f"{name}-r{r}-{c}.npy") for c in range(n_calls)])
+        return reports, results
+
+    def wait_for_log(self, text: str, count: int = 1, timeout: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout
+        while self.controller_log.read_text(errors="replace").count(text) < count:
+            if time.monotonic() > deadline:
+                pytest.fail(f"the pool controller never said {text!r} {count} times: "
+                            f"{self.controller_log.read_text(errors='replace')[-2000:]}")
+            time.sleep(0.1)
+
+
+@pytest.fixture
+def pool_star(tmp_path: Path) -> Iterator[PoolStar]:
+    """Per test: the switch-kill test leaves a new switch process, stopped with its fabric."""
+    program_dir = tmp_path / "program"
+    compile_program("p4sim", DEFAULT_PROGRAM, program_dir)
+    topo = dataclasses.replace(star(6, grpc_port=free_port(), thrift_port=free_port()), jobs=[])
+    fabric = Fabric(topo, FabricOptions(target="p4sim", build_dir=tmp_path / "fabric"))
+    controller = None
+    try:
+        fabric.start()
+        net = PoolStar(fabric, program_dir, tmp_path / "work", f"unix:{tmp_path / 'pool.sock'}",
+                       tmp_path / "pool.log")
+        net.work_dir.mkdir()
+        with net.controller_log.open("wb") as log_file:
+            controller = subprocess.Popen(
+                [sys.executable, "-m", "controller", "pool", "--topo", str(fabric.options.topology_path),
+                 "--target", "p4sim", "--build-dir", str(program_dir), "--program", "allreduce",
+                 "--listen", net.address, "--slots", str(POOL_SLOTS), "--poll", "0.2"],
+                cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=log_file)
+        net.wait_for_log("serving the slot pool at")
+        yield net
+    finally:
+        if controller is not None:
+            controller.terminate()
+            controller.wait(timeout=60)
+        fabric.stop()
+    assert not fabric.left_behind, f"the fabric left these behind: {fabric.left_behind}"
+
+
+def int_calls(seed: int, ranks: int, length: int, n_calls: int) -> list[list[np.ndarray]]:
+    rng = np.random.default_rng(seed)
+    return [[rng.integers(-2**24, 2**24, length, dtype=np.int32) for _ in range(ranks)] for _ in range(n_calls)]
+
+
+def assert_exact(results: list[list], calls: list[list[np.ndarray]]) -> None:
+    for per_rank in results:
+        for c, call in enumerate(calls):
+            np.testing.assert_array_equal(per_rank[c], np.sum(call, axis=0, dtype=np.int32))
+
+
+def test_three_jobs_on_a_pool_for_two_the_third_runs_on_the_ring_and_all_are_exact(pool_star: PoolStar) -> None:
+    length, n_calls = 100_000, 3
+    jobs = {"a": ["h1", "h2"], "b": ["h3", "h4"], "c": ["h5", "h6"]}
+    calls = {name: int_calls(i, 2, length, n_calls) for i, name in enumerate(jobs)}
+    before = pool_star.switch_counter("MyIngress.contributions")
+    running = {}
+    try:
+        for name in ("a", "b"):
+            running[name] = pool_star.start_job(name, jobs[name], calls[name])
+        pool_star.wait_for_log("granted slots", count=2)
+        running["c"] = pool_star.start_job("c", jobs["c"], calls["c"])     # while a and b hold the pool
+        done = {name: pool_star.finish_job(name, procs, n_calls) for name, procs in running.items()}
+    finally:
+        for procs in running.values():
+            for proc in procs:
+                end_child(proc)
+    added = pool_star.switch_counter("MyIngress.contributions") - before
+    log.info("backends %s; fallbacks %s; %d contributions", {n: [r["backend"] for r in d[0]] for n, d in done.items()},
+             {n: [r["fallbacks"] for r in d[0]] for n, d in done.items()}, added)
+    for name, (reports, results) in done.items():
+        assert_exact(results, calls[name])
+        on_ring = name == "c"
+        assert [(r["backend"], r["fallbacks"]) for r in reports] == [("ring", 1) if on_ring else ("inc", 0)] * 2
+    assert "the slot pool refused the job (no_room" in done["c"][0][0]["stderr"]
+    # a and b summed every chunk in the switch (plus one probe per rank); c sent it nothing.
+    assert added == 2 * 2 * (n_calls * -(-length // INC_K) + 1)
+
+
+def test_switch_killed_mid_call_the_job_finishes_on_the_ring_with_the_exact_sum(pool_star: PoolStar) -> None:
+    length, n_calls, ranks = 300_000, 2, 4
+    calls = int_calls(7, ranks, length, n_calls)
+    before = pool_star.switch_counter("MyIngress.contributions")
+    procs = pool_star.start_job("k", ["h1", "h2", "h3", "h4"], calls, "--give-up-after", "10")
+    try:
+        pool_star.wait_for_log("granted slots")
+        for _ in range(600):
+            if pool_star.switch_counter("MyIngress.contributions") > before + 1000:
+                break
+            assert all(p.poll() is None for p in procs), "the job ended before the switch was killed"
+            time.sleep(0.1)
+        s1 = pool_star.fabric.host("s1")
+        s1.proc.kill()                      # the switch and every slot, entry and group are gone
+        s1.stop(deleteIntfs=False)
+        s1.start([])                        # the same command: no pipeline until the controller's watch
+        killed = time.monotonic()
+        reports, results = pool_star.finish_job("k", procs, n_calls)
+        finished = time.monotonic() - killed
+    finally:
+        for proc in procs:
+            end_child(proc)
+    log.info("killed s1 mid-call; the job finished %.1f s later; reports %s", finished,
+             [(r["backend"], r["fallbacks"]) for r in reports])
+    assert_exact(results, calls)
+    assert [(r["backend"], r["fallbacks"]) for r in reports] == [("ring", 1)] * ranks
+    assert all("the switch stopped answering mid-call" in r["stderr"] for r in reports)
+    pool_star.wait_for_log("reconciled (pipeline pushed")

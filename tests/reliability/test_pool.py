@@ -1,0 +1,326 @@
+"""Issue 12, item 3, without root: the controller's slot pool (controller/pool.py) on a p4sim
+switch serving P4Runtime in this process, its JSON-lines service reached by the hosts' client
+(hosts/pool.py), and jobs on InProcessFabrics that fall back to the host ring
+(hosts/fallback.py) when the pool is full, when no switch can aggregate for them, and when
+the switch is killed mid-call. Every result is compared with numpy's, exactly (int32).
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Iterator
+
+import numpy as np
+import pytest
+
+from controller.allreduce import INC_JOB, install_forwarding
+from controller.control import push_pipeline, read_multicast_groups, read_table_entries
+from controller.pool import CANNOT_AGGREGATE, NO_ROOM, JobPool, PoolRefused, PoolServer, SlotPool
+from controller.switch import Pipeline, Switch
+from hosts import pool as pool_client
+from hosts.agent import JobConfig, Worker
+from hosts.fallback import FallbackAllReduce, FallbackEvent
+from hosts.inc import INC_K, INC_PORT
+from hosts.inprocess import InProcessFabric
+from hosts.ring import RingConfig
+from tests.hosts.conftest import host
+from tests.reliability.conftest import HANG_GUARD_S, HookedTransport, InProcessP4sim
+from topologies.spec import Endpoint, HostSpec, LinkSpec, Topology, star
+
+log = logging.getLogger(__name__)
+
+WINDOW = 8
+LENGTH = 40 * INC_K
+
+
+def test_slot_pool_allocates_first_fit_and_refuses_when_full() -> None:
+    pool = SlotPool(capacity=32, first=100)
+    assert pool.allocate(1, 8) == 100
+    assert pool.allocate(2, 16) == 108
+    with pytest.raises(PoolRefused) as info:
+        pool.allocate(3, 16)
+    assert info.value.reason == NO_ROOM and "8 of 32 free" in str(info.value)
+    pool.release(1)
+    with pytest.raises(PoolRefused, match="not contiguous"):     # 8 + 8 free, apart
+        pool.allocate(3, 16)
+    assert pool.allocate(3, 4) == 100          # the first hole that fits
+    pool.release(2)
+    assert pool.allocate(4, 28) == 104 and pool.free == 0
+
+
+def pool_topology(n_hosts: int, grpc_port: int) -> Topology:
+    """A star of n hosts with no jobs of its own: every job comes from the pool."""
+    return dataclasses.replace(star(n_hosts, grpc_port=grpc_port), jobs=[])
+
+
+@pytest.fixture
+def controlled(p4sim_server: InProcessP4sim, pipeline: Pipeline) -> Iterator[Switch]:
+    """The in-process switch with allreduce.p4 and forwarding for a 6-host star, and the
+    controller's session to it."""
+    sw = Switch("s1", p4sim_server.addr)
+    sw.connect(timeout=10)
+    try:
+        push_pipeline(sw, pipeline)
+        install_forwarding(sw, pool_topology(6, p4sim_server.port), "s1")
+        yield sw
+    finally:
+        sw.close()
+
+
+def job_ids(sw: Switch) -> set[int]:
+    return {e.match["hdr.inc.job_id"] for e in read_table_entries(sw, INC_JOB)}
+
+
+def test_grant_installs_the_job_over_p4runtime_and_release_removes_it(
+        controlled: Switch, p4sim_server: InProcessP4sim) -> None:
+    topo = pool_topology(6, p4sim_server.port)
+    pool = JobPool(topo, [controlled], slots=32, first_slot=64)
+    try:
+        a = pool.request([("10.0.0.1", INC_PORT), ("10.0.0.2", 40000)], 16)
+        b = pool.request([("10.0.0.3", INC_PORT), ("10.0.0.4", INC_PORT)], 16)
+        assert (a.switch, a.slot_base, b.slot_base) == ("s1", 64, 80)
+        assert job_ids(controlled) == {a.job_id, b.job_id}
+        (entry,) = [e for e in read_table_entries(controlled, INC_JOB) if e.match["hdr.inc.job_id"] == a.job_id]
+        assert entry.action_params == {"num_workers": 2, "mcast_grp": a.job.mcast_group, "slot_base": 64, "num_slots": 16}
+        addrs = [e for e in read_table_entries(controlled, "MyEgress.inc_worker_addr")
+                 if e.match["hdr.inc.job_id"] == a.job_id]
+        assert sorted(e.action_params["udp_port"] for e in addrs) == [40000, INC_PORT]
+        with pytest.raises(PoolRefused) as info:
+            pool.request([("10.0.0.5", INC_PORT), ("10.0.0.6", INC_PORT)], 1)
+        assert info.value.reason == NO_ROOM
+        assert job_ids(controlled) == {a.job_id, b.job_id}       # nothing installed for the refused job
+        pool.release(a.job_id)
+        assert job_ids(controlled) == {b.job_id}
+        assert a.job.mcast_group not in read_multicast_groups(controlled)
+        c = pool.request([("10.0.0.5", INC_PORT), ("10.0.0.6", INC_PORT)], 16)
+        assert c.slot_base == 64                                 # a's range, given back
+    finally:
+        pool.close()
+    assert job_ids(controlled) == set()
+
+
+def test_workers_under_a_switch_the_pool_does_not_run_cannot_aggregate(
+        controlled: Switch, p4sim_server: InProcessP4sim) -> None:
+    """h7 hangs off s2, a plain switch that is not the pool's: s1 could aggregate only if s2
+    forwarded the job to it, and the pool cannot install that on s2."""
+    base = pool_topology(6, p4sim_server.port)
+    s2 = dataclasses.replace(base.switches["s1"], name="s2", device_id=1, grpc_addr="127.0.0.1:1")
+    topo = Topology({**base.hosts, "h7": HostSpec("h7", "10.0.0.7/24", "08:00:00:00:00:07")},
+                    {**base.switches, "s2": s2},
+                    [*base.links, LinkSpec(Endpoint("s1", 7), Endpoint("s2", 1)),
+                     LinkSpec(Endpoint("h7"), Endpoint("s2", 2))])
+    pool = JobPool(topo, [controlled], slots=32)
+    try:
+        for workers in ([("10.0.0.1", INC_PORT), ("10.0.0.7", INC_PORT)], [("10.0.0.1", INC_PORT), ("10.9.9.9", 1)]):
+            with pytest.raises(PoolRefused) as info:
+                pool.request(workers, 8)
+            assert info.value.reason == CANNOT_AGGREGATE, info.value
+        assert "h7 (under s2)" in str(pool_refusal(pool, [("10.0.0.1", INC_PORT), ("10.0.0.7", INC_PORT)]))
+        assert job_ids(controlled) == set() and pool.pools["s1"].free == 32
+    finally:
+        pool.close()
+
+
+def pool_refusal(pool: JobPool, workers: list[tuple[str, int]]) -> PoolRefused:
+    with pytest.raises(PoolRefused) as info:
+        pool.request(workers, 8)
+    return info.value
+
+
+def test_service_grants_refuses_and_takes_slots_back_when_the_job_disconnects(
+        controlled: Switch, p4sim_server: InProcessP4sim, tmp_path) -> None:
+    pool = JobPool(pool_topology(6, p4sim_server.port), [controlled], slots=16)
+    try:
+        for address in ("127.0.0.1:0", f"unix:{tmp_path / 'pool.sock'}"):
+            with PoolServer(pool, address) as server:
+                lease = pool_client.request_slots(server.address, [("10.0.0.1", INC_PORT), ("10.0.0.2", INC_PORT)], 16)
+                assert lease.num_slots == 16 and job_ids(controlled) == {lease.job_id}
+                with pytest.raises(pool_client.PoolRefused) as info:
+                    pool_client.request_slots(server.address, [("10.0.0.3", INC_PORT)], 1)
+                assert info.value.reason == pool_client.NO_ROOM and "0 of 16 free" in str(info.value)
+                with pytest.raises(pool_client.PoolRefused) as info:
+                    pool_client.request_slots(server.address, [("10.0.0.3", "not a port")], 1)
+                assert info.value.reason == pool_client.BAD_REQUEST
+                lease._conn.close()            # the job dies without releasing
+                lease._conn = None
+                again = wait_for_grant(server.address, [("10.0.0.3", INC_PORT)], 16)
+                assert job_ids(controlled) == {again.job_id}
+                again.release()
+                assert job_ids(controlled) == set()
+        with pytest.raises(pool_client.PoolRefused) as info:
+            pool_client.request_slots(f"unix:{tmp_path / 'pool.sock'}", [("10.0.0.1", INC_PORT)], 1)
+        assert info.value.reason == pool_client.UNREACHABLE
+    finally:
+        pool.close()
+
+
+def wait_for_grant(address: str, workers: list[tuple[str, int]], slots: int) -> pool_client.Lease:
+    """The service releases a dropped connection's slots as soon as it reads its end."""
+    for _ in range(100):
+        try:
+            return pool_client.request_slots(address, workers, slots)
+        except pool_client.PoolRefused as e:
+            if e.reason != pool_client.NO_ROOM:
+                raise
+            threading.Event().wait(0.02)
+    pytest.fail("the dropped connection's slots never came back")
+
+
+@dataclasses.dataclass
+class PoolJob:
+    """One job of 2+ hosts on its own InProcessFabric (all sharing the test's switch)."""
+    hosts: list[int]
+    lease: pool_client.Lease | None = None
+    refused: str | None = None
+
+
+def fallback_workers(fabric: InProcessFabric, lease: pool_client.Lease | None, refusal: str | None,
+                     ring_job: int, give_up_after: float = 30.0) -> list[FallbackAllReduce]:
+    """Every rank of a job: INC through the lease's job, or on the ring from the start."""
+    n = len(fabric.hosts)
+    out = []
+    for r in range(n):
+        ring = RingConfig(ring_job, r, n, timeout=0.02)
+        inc = None
+        if lease is not None:
+            config = JobConfig(lease.job_id, r, n, window=min(WINDOW, lease.num_slots), timeout=0.05,
+                               give_up_after=give_up_after, max_rto=0.1)
+            inc = Worker(config, HookedTransport(fabric.transport(r)))
+        agent = FallbackAllReduce(inc, ring, fabric.peer_transport(r))
+        if inc is None:
+            agent.fall_back(f"the pool refused: {refusal}")
+        out.append(agent)
+    return out
+
+
+def test_three_jobs_on_a_pool_for_two_the_third_falls_back_and_all_are_exact(
+        controlled: Switch, p4sim_server: InProcessP4sim) -> None:
+    pool = JobPool(pool_topology(6, p4sim_server.port), [controlled], slots=2 * WINDOW)
+    jobs = [PoolJob([1, 2]), PoolJob([3, 4]), PoolJob([5, 6])]
+    rng = np.random.default_rng(12)
+    inputs = [[[rng.integers(-2**24, 2**24, LENGTH, dtype=np.int32) for _ in job.hosts] for _ in range(3)]
+              for job in jobs]
+    before = p4sim_server.switch.state.counters["MyIngress.contributions"].packets[0]
+    try:
+        with PoolServer(pool, "127.0.0.1:0") as server:
+            for job in jobs:
+                try:
+                    job.lease = pool_client.request_slots(
+                        server.address, [(f"10.0.0.{h}", INC_PORT) for h in job.hosts], WINDOW)
+                except pool_client.PoolRefused as e:
+                    job.refused = e.reason
+            fabrics = [InProcessFabric(p4sim_server, [host(h) for h in job.hosts]) for job in jobs]
+            try:
+                agents = [fallback_workers(f, job.lease, job.refused, ring_job=i)
+                          for i, (f, job) in enumerate(zip(fabrics, jobs))]
+                with ThreadPoolExecutor(6) as threads:
+                    futures = [[threads.submit(lambda a=a, j=j, r=r: [a.allreduce(call[r]) for call in inputs[j]])
+                                for r, a in enumerate(job_agents)] for j, job_agents in enumerate(agents)]
+                    results = [[f.result(timeout=HANG_GUARD_S) for f in fs] for fs in futures]
+                for job_agents in agents:
+                    for a in job_agents:
+                        a.close()
+            finally:
+                for f in fabrics:
+                    f.close()
+            for job in jobs:
+                if job.lease is not None:
+                    job.lease.release()
+    finally:
+        pool.close()
+    contributions = p4sim_server.switch.state.counters["MyIngress.contributions"].packets[0] - before
+    log.info("refusals %s; fallbacks %s; %d contributions in the switch", [j.refused for j in jobs],
+             [[len(a.events) for a in job_agents] for job_agents in agents], contributions)
+    assert [j.refused for j in jobs] == [None, None, NO_ROOM]
+    for j, per_rank in enumerate(results):
+        for ranked in per_rank:
+            for c, call in enumerate(inputs[j]):
+                np.testing.assert_array_equal(ranked[c], np.sum(call, axis=0, dtype=np.int32))
+    assert [[len(a.events) for a in job_agents] for job_agents in agents] == [[0, 0], [0, 0], [1, 1]]
+    assert all(a.on_ring and a.events[0].reason.startswith("the pool refused") for a in agents[2])
+    # The two granted jobs summed in the switch; the third never sent it a packet.
+    assert contributions == 2 * 2 * 3 * LENGTH // INC_K
+
+
+def run_through_a_switch_loss(agents: list[FallbackAllReduce], calls: list[list[np.ndarray]],
+                              server: InProcessP4sim, died: threading.Event, pipeline: Pipeline,
+                              topo: Topology) -> list[list[np.ndarray]]:
+    """Each rank makes every call; once `died` is set the switch is restarted with forwarding
+    only (as `controller watch` brings back a topology without the pool's jobs)."""
+    with ThreadPoolExecutor(len(agents)) as threads:
+        futures = [threads.submit(lambda a=a, r=r: [a.allreduce(call[r]) for call in calls])
+                   for r, a in enumerate(agents)]
+        assert died.wait(HANG_GUARD_S)
+        server.restart()
+        with Switch("s1", server.addr) as again:
+            push_pipeline(again, pipeline)
+            install_forwarding(again, topo, "s1")
+        results = [f.result(timeout=HANG_GUARD_S) for f in futures]
+    for a in agents:
+        a.close()
+    return results
+
+
+def test_switch_killed_mid_call_finishes_on_the_ring_with_the_exact_sum(
+        controlled: Switch, p4sim_server: InProcessP4sim, pipeline: Pipeline) -> None:
+    """The switch dies half-way through the second of three calls and comes back with
+    forwarding only: the call in flight is redone whole on the ring, the third runs on the
+    ring, all exact."""
+    n = 4
+    topo = pool_topology(6, p4sim_server.port)
+    pool = JobPool(topo, [controlled], slots=32)
+    rng = np.random.default_rng(13)
+    calls = [[rng.integers(-2**24, 2**24, LENGTH, dtype=np.int32) for _ in range(n)] for _ in range(3)]
+    events: list[FallbackEvent] = []
+    try:
+        grant = pool.request([(f"10.0.0.{h}", INC_PORT) for h in range(1, n + 1)], WINDOW)
+        lease = pool_client.Lease(grant.job_id, grant.switch, grant.slot_base, grant.num_slots)
+        with InProcessFabric(p4sim_server, [host(h) for h in range(1, n + 1)]) as fabric:
+            agents = fallback_workers(fabric, lease, None, ring_job=1, give_up_after=0.5)
+            for a in agents:
+                a.on_fallback = events.append
+            half_way = threading.Event()
+            sent = agents[0].inc.transport
+            sent.after_send = lambda: sent.sends == LENGTH // INC_K * 3 // 2 and half_way.set()
+            results = run_through_a_switch_loss(agents, calls, p4sim_server, half_way, pipeline, topo)
+    finally:
+        pool.close()
+    log.info("fallbacks: %s", events)
+    for ranked in results:
+        for c, call in enumerate(calls):
+            np.testing.assert_array_equal(ranked[c], np.sum(call, axis=0, dtype=np.int32))
+    assert len(events) == n and {e.call for e in events} == {1}
+    assert all("stopped answering mid-call" in e.reason for e in events)
+    assert all(a.on_ring for a in agents)
+
+
+def test_rank_a_call_behind_when_the_switch_dies_is_redone_with_the_others(
+        controlled: Switch, p4sim_server: InProcessP4sim, pipeline: Pipeline) -> None:
+    """The switch dies sending call 0's only result: ranks 0-2 got it and move on to call 1,
+    rank 3 did not. Rank 3 falls back at call 0, the others at call 1; they agree over the
+    ring, ranks 0-2 redo call 0 with rank 3, then all do calls 1 and 2 on the ring."""
+    n = 4
+    topo = pool_topology(6, p4sim_server.port)
+    pool = JobPool(topo, [controlled], slots=32)
+    rng = np.random.default_rng(14)
+    sizes = [INC_K, LENGTH, LENGTH]
+    calls = [[rng.integers(-2**24, 2**24, size, dtype=np.int32) for _ in range(n)] for size in sizes]
+    events: list[tuple[int, FallbackEvent]] = []
+    try:
+        grant = pool.request([(f"10.0.0.{h}", INC_PORT) for h in range(1, n + 1)], WINDOW)
+        lease = pool_client.Lease(grant.job_id, grant.switch, grant.slot_base, grant.num_slots)
+        p4sim_server.crash_on_result_to = host(n).port
+        with InProcessFabric(p4sim_server, [host(h) for h in range(1, n + 1)]) as fabric:
+            agents = fallback_workers(fabric, lease, None, ring_job=1, give_up_after=0.5)
+            for r, a in enumerate(agents):
+                a.on_fallback = lambda e, r=r: events.append((r, e))
+            results = run_through_a_switch_loss(agents, calls, p4sim_server, p4sim_server.crashed, pipeline, topo)
+    finally:
+        pool.close()
+    log.info("fallbacks: %s", events)
+    assert sorted((r, e.call) for r, e in events) == [(0, 1), (1, 1), (2, 1), (3, 0)]
+    for ranked in results:
+        for c, call in enumerate(calls):
+            np.testing.assert_array_equal(ranked[c], np.sum(call, axis=0, dtype=np.int32))

@@ -1,0 +1,51 @@
+"""hosts.dist's automatic fall-back to the host ring, without root: when the slot pool
+service cannot be reached, and when the switch (a loopback stand-in) goes away between
+calls. Results are compared with numpy's exactly; every fallback is counted and logged.
+"""
+from __future__ import annotations
+
+import socket
+import threading
+
+import numpy as np
+
+from hosts.dist import Options, ProcessGroup
+from tests.workloads.aggregator import LoopbackAggregator
+from tests.workloads.test_dist import free_port, on_every_rank
+
+
+def test_auto_uses_the_ring_when_the_slot_pool_cannot_be_reached(caplog, tmp_path):
+    x = [np.arange(100, dtype=np.int32) * (r + 3) for r in range(3)]
+    options = Options(aggregator=("127.0.0.1", free_port(socket.SOCK_DGRAM)), pool=f"unix:{tmp_path}/none.sock")
+    results = on_every_rank(3, options, lambda g: g.all_reduce(x[g.rank]))
+    for group, got in results:
+        assert group.backend == "ring" and group.stats.fallbacks == 1
+        np.testing.assert_array_equal(got, np.sum(x, axis=0))
+    assert "the slot pool refused the job (unreachable" in caplog.text
+
+
+def test_auto_finishes_on_the_ring_when_the_switch_goes_away(caplog):
+    aggregator = LoopbackAggregator(job_id=1, num_workers=2)
+    rng = np.random.default_rng(4)
+    calls = [[rng.integers(-2**20, 2**20, 300, dtype=np.int32) for _ in range(2)] for _ in range(3)]
+    between = threading.Barrier(2)
+
+    def body(g: ProcessGroup) -> list[np.ndarray]:
+        out = [g.all_reduce(calls[0][g.rank])]
+        assert g.backend == "inc"
+        if between.wait() == 0:
+            aggregator.close()
+        between.wait()
+        return out + [g.all_reduce(c[g.rank]) for c in calls[1:]]
+
+    try:
+        results = on_every_rank(2, Options(aggregator=aggregator.address, timeout=0.05, give_up_after=0.5), body)
+    finally:
+        if not aggregator._stop.is_set():
+            aggregator.close()
+    for group, got in results:
+        assert group.backend == "ring" and group.stats.fallbacks == 1
+        assert group.stats.calls["all_reduce"] == 3
+        for c, call in enumerate(calls):
+            np.testing.assert_array_equal(got[c], np.sum(call, axis=0, dtype=np.int32))
+    assert "falling back to the host ring at call 1: the switch stopped answering mid-call" in caplog.text
