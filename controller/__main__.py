@@ -182,19 +182,19 @@ def _watch(args: argparse.Namespace) -> int:
 
 
 def _pool(args: argparse.Namespace) -> int:
-    topo, pipeline = Topology.load(args.topo), _pipeline(args)
-    names = _names(args, topo)
-    switches = [open_switch(topo, name, args.target, _election(args)) for name in names]
+    topo = Topology.load(args.topo)
+    if topo.jobs:
+        raise ControllerError(f"{args.topo} has jobs of its own ({', '.join(str(j.job_id) for j in topo.jobs)}), "
+                              f"which hold the whole slot pool: serve the pool on a topology without jobs")
+    pipeline = _pipeline(args)
+    switches = [open_switch(topo, name, args.target, _election(args)) for name in _names(args, topo)]
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     try:
         for sw in switches:
             sw.connect()
-            result = setup_switch(sw, topo, pipeline)
-            if result.jobs_admitted or any(jobs_on_switch(topo, sw.name, pool_size(sw))[0]):
-                raise ControllerError(f"{sw.name} aggregates the topology's own jobs, which hold its whole slot "
-                                      f"pool: serve the pool on a topology without jobs")
+            setup_switch(sw, topo, pipeline)
         pool = JobPool(topo, switches, args.slots, args.first_slot)
         try:
             with PoolServer(pool, args.listen) as server:

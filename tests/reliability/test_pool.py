@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import subprocess
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Iterator
@@ -25,6 +27,7 @@ from hosts.fallback import FallbackAllReduce, FallbackEvent
 from hosts.inc import INC_K, INC_PORT
 from hosts.inprocess import InProcessFabric
 from hosts.ring import RingConfig
+from tests.controller.conftest import REPO
 from tests.hosts.conftest import host
 from tests.reliability.conftest import HANG_GUARD_S, HookedTransport, InProcessP4sim
 from topologies.spec import Endpoint, HostSpec, LinkSpec, Topology, star
@@ -324,3 +327,25 @@ def test_rank_a_call_behind_when_the_switch_dies_is_redone_with_the_others(
     for ranked in results:
         for c, call in enumerate(calls):
             np.testing.assert_array_equal(ranked[c], np.sum(call, axis=0, dtype=np.int32))
+
+
+def test_a_switch_gone_at_request_time_is_refused_as_unreachable_and_keeps_no_slots(
+        controlled: Switch, p4sim_server: InProcessP4sim) -> None:
+    pool = JobPool(pool_topology(6, p4sim_server.port), [controlled], slots=16)
+    try:
+        p4sim_server.kill()
+        refusal = pool_refusal(pool, [("10.0.0.1", INC_PORT), ("10.0.0.2", INC_PORT)])
+        assert refusal.reason == "unreachable" and "s1: cannot install job 100" in str(refusal)
+        assert pool.grants == {} and pool.pools["s1"].free == 16
+    finally:
+        pool.close()
+
+
+def test_pool_cli_refuses_a_topology_with_jobs_of_its_own(tmp_path) -> None:
+    path = tmp_path / "topology.json"
+    star(2).dump(path)
+    done = subprocess.run([sys.executable, "-m", "controller", "pool", "--topo", str(path), "--listen", "127.0.0.1:0",
+                           "--build-dir", str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert done.stderr.startswith("error: ") and "has jobs of its own (1)" in done.stderr
+    assert "Traceback" not in done.stderr
