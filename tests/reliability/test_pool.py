@@ -21,6 +21,7 @@ from controller.allreduce import INC_JOB, install_forwarding
 from controller.control import push_pipeline, read_multicast_groups, read_table_entries
 from controller.pool import CANNOT_AGGREGATE, NO_ROOM, JobPool, PoolRefused, PoolServer, SlotPool
 from controller.switch import Pipeline, Switch
+from hosts import numerics
 from hosts import pool as pool_client
 from hosts.agent import JobConfig, Worker
 from hosts.fallback import FallbackAllReduce, FallbackEvent
@@ -29,6 +30,7 @@ from hosts.inprocess import InProcessFabric
 from hosts.ring import RingConfig
 from tests.controller.conftest import REPO
 from tests.hosts.conftest import host
+from tests.hosts.conftest import install_forwarding as install_forwarding_direct
 from tests.reliability.conftest import HANG_GUARD_S, HookedTransport, InProcessP4sim
 from topologies.spec import Endpoint, HostSpec, LinkSpec, Topology, star
 
@@ -349,3 +351,30 @@ def test_pool_cli_refuses_a_topology_with_jobs_of_its_own(tmp_path) -> None:
     assert done.returncode == 1
     assert done.stderr.startswith("error: ") and "has jobs of its own (1)" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("op, dtype", [("sum", "int32"), ("sum", "float32"), ("sum", "float16"),
+                                       ("sum", "bfloat16"), ("min", "int32"), ("min", "float32"),
+                                       ("max", "int32"), ("max", "float32")])
+def test_on_the_ring_every_op_and_dtype_the_switch_takes_is_right(switch, op: str, dtype: str) -> None:
+    """What a job that fell back computes: min and max exactly, sums within the host bound."""
+    hosts = [host(h) for h in range(1, 4)]
+    install_forwarding_direct(switch, hosts)
+    rng = np.random.default_rng(15)
+    dt = np.dtype(numerics.BFLOAT16 if dtype == "bfloat16" else dtype)
+    inputs = [(rng.integers(-2**20, 2**20, 3 * INC_K + 5) if dt == np.int32
+               else rng.standard_normal(3 * INC_K + 5) * 100).astype(dt) for _ in hosts]
+    with InProcessFabric(switch, hosts) as fabric:
+        agents = [FallbackAllReduce(None, RingConfig(1, r, 3, timeout=0.02), fabric.peer_transport(r))
+                  for r in range(3)]
+        for a in agents:
+            a.fall_back("test: the switch is not used")
+        with ThreadPoolExecutor(3) as threads:
+            results = list(threads.map(lambda r: agents[r].allreduce(inputs[r], op), range(3)))
+        for a in agents:
+            a.close()
+    for got in results:
+        assert got.dtype == dt and got.shape == inputs[0].shape
+        check = numerics.check_sum(got, inputs, summed_on_hosts=True, op=op)
+        assert check.correct, check
+    assert switch.state.counters["MyIngress.contributions"].packets[0] == 0
