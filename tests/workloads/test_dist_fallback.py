@@ -4,14 +4,17 @@ calls. Results are compared with numpy's exactly; every fallback is counted and 
 """
 from __future__ import annotations
 
+import json
 import socket
+import subprocess
+import sys
 import threading
 
 import numpy as np
 
 from hosts.dist import Options, ProcessGroup
 from tests.workloads.aggregator import LoopbackAggregator
-from tests.workloads.test_dist import free_port, on_every_rank
+from tests.workloads.test_dist import ROOT, free_port, on_every_rank
 
 
 def test_auto_uses_the_ring_when_the_slot_pool_cannot_be_reached(caplog, tmp_path):
@@ -49,3 +52,21 @@ def test_auto_finishes_on_the_ring_when_the_switch_goes_away(caplog):
         for c, call in enumerate(calls):
             np.testing.assert_array_equal(got[c], np.sum(call, axis=0, dtype=np.int32))
     assert "falling back to the host ring at call 1: the switch stopped answering mid-call" in caplog.text
+
+
+def test_dist_worker_cli_runs_a_rank_and_reports_bad_input_in_one_line(tmp_path):
+    x = np.arange(50, dtype=np.int32)
+    np.save(tmp_path / "x.npy", x)
+    base = [sys.executable, "-m", "hosts.dist_worker", "--rank", "0", "--world-size", "1",
+            "--master", f"127.0.0.1:{free_port()}", "--output", str(tmp_path / "out.npy")]
+    done = subprocess.run([*base, "--backend", "ring", "--input", str(tmp_path / "x.npy"),
+                           "--input", str(tmp_path / "x.npy")], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout.splitlines()[-1])
+    assert report["backend"] == "ring" and report["calls"] == {"all_reduce": 2}
+    for i in range(2):
+        np.testing.assert_array_equal(np.load(tmp_path / f"out-{i}.npy"), x)
+    missing = subprocess.run([*base, "--input", str(tmp_path / "none.npy")], cwd=ROOT, capture_output=True,
+                             text=True, timeout=120)
+    assert missing.returncode == 1 and missing.stderr.strip().splitlines()[-1].startswith("error: rank 0:")
+    assert "Traceback" not in missing.stderr
