@@ -208,7 +208,8 @@ class ProcessGroup:
         self.stats.add("barrier", time.perf_counter() - start)
 
     def close(self) -> None:
-        """Stop the agents; rank 0 gives the job's pool slots back (after every rank's last call)."""
+        """Stop the agents (collective under "auto": every rank closes, hosts/fallback.py says
+        why); rank 0 then gives the job's pool slots back."""
         self._agent.close()
         if self._lease is not None:
             self._lease.release()

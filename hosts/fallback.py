@@ -2,7 +2,8 @@
 wraps an INC `Worker` and, when a call runs out of time (the switch, or its job, is gone), redoes
 that whole call on the ring (hosts/ring.py) and uses the ring from then on. Every fallback is
 logged and counted. The ranks first agree, over the ring, which call each one was in, so ranks
-that got one call further through the switch than others redo it with them.
+that got one call further through the switch than others redo it with them; `close` is one
+more call, so that holds for the last call too.
 """
 from __future__ import annotations
 
@@ -68,12 +69,22 @@ class FallbackAllReduce:
         self._give_up_switch(0, reason)
 
     def close(self) -> None:
-        if self.inc is not None:
-            self.inc.close()
-        if self.ring is not None:
-            self.ring.close()
-        else:
-            self.ring_transport.close()
+        """Collective, as the calls are: every rank first makes one more (one-element) call, so
+        a rank that lost the last call's result from the switch finds the others still there
+        to redo that call with it on the ring. Then release the sockets."""
+        try:
+            if self.calls:
+                self.allreduce(np.zeros(1, np.int32))
+        except IncError as e:
+            log.warning("job %d rank %d: the closing call failed: %s", self.ring_config.job_id,
+                        self.ring_config.rank, e)
+        finally:
+            if self.inc is not None:
+                self.inc.close()
+            if self.ring is not None:
+                self.ring.close()
+            else:
+                self.ring_transport.close()
 
     def _give_up_switch(self, call: int, reason: str) -> None:
         event = FallbackEvent(call, reason)

@@ -161,8 +161,8 @@ def test_three_jobs_on_a_pool_for_two_the_third_runs_on_the_ring_and_all_are_exa
         on_ring = name == "c"
         assert [(r["backend"], r["fallbacks"]) for r in reports] == [("ring", 1) if on_ring else ("inc", 0)] * 2
     assert "the slot pool refused the job (no_room" in done["c"][0][0]["stderr"]
-    # a and b summed every chunk in the switch (plus one probe per rank); c sent it nothing.
-    assert added == 2 * 2 * (n_calls * -(-length // INC_K) + 1)
+    # a and b summed every chunk in the switch (plus a probe and a closing call per rank); c sent it nothing.
+    assert added == 2 * 2 * (n_calls * -(-length // INC_K) + 2)
 
 
 def test_switch_killed_mid_call_the_job_finishes_on_the_ring_with_the_exact_sum(pool_star: PoolStar) -> None:

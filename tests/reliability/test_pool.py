@@ -200,6 +200,12 @@ def fallback_workers(fabric: InProcessFabric, lease: pool_client.Lease | None, r
     return out
 
 
+def close_all(agents: list[FallbackAllReduce]) -> None:
+    """`close` is collective (one more call): every rank closes at once, in its own thread."""
+    with ThreadPoolExecutor(len(agents)) as threads:
+        list(threads.map(FallbackAllReduce.close, agents))
+
+
 def test_three_jobs_on_a_pool_for_two_the_third_falls_back_and_all_are_exact(
         controlled: Switch, p4sim_server: InProcessP4sim) -> None:
     pool = JobPool(pool_topology(6, p4sim_server.port), [controlled], slots=2 * WINDOW)
@@ -224,9 +230,7 @@ def test_three_jobs_on_a_pool_for_two_the_third_falls_back_and_all_are_exact(
                     futures = [[threads.submit(lambda a=a, j=j, r=r: [a.allreduce(call[r]) for call in inputs[j]])
                                 for r, a in enumerate(job_agents)] for j, job_agents in enumerate(agents)]
                     results = [[f.result(timeout=HANG_GUARD_S) for f in fs] for fs in futures]
-                for job_agents in agents:
-                    for a in job_agents:
-                        a.close()
+                close_all([a for job_agents in agents for a in job_agents])
             finally:
                 for f in fabrics:
                     f.close()
@@ -246,26 +250,28 @@ def test_three_jobs_on_a_pool_for_two_the_third_falls_back_and_all_are_exact(
     assert [[len(a.events) for a in job_agents] for job_agents in agents] == [[0, 0], [0, 0], [1, 1]]
     assert all(a.on_ring and a.events[0].reason.startswith("the pool refused") for a in agents[2])
     # The two granted jobs summed in the switch; the third never sent it a packet.
-    assert contributions == 2 * 2 * 3 * LENGTH // INC_K
+    assert contributions == 2 * 2 * (3 * LENGTH // INC_K + 1)      # + 1: the closing call
 
 
 def run_through_a_switch_loss(agents: list[FallbackAllReduce], calls: list[list[np.ndarray]],
                               server: InProcessP4sim, died: threading.Event, pipeline: Pipeline,
                               topo: Topology) -> list[list[np.ndarray]]:
-    """Each rank makes every call; once `died` is set the switch is restarted with forwarding
-    only (as `controller watch` brings back a topology without the pool's jobs)."""
+    """Each rank makes every call, then closes; once `died` is set the switch is restarted with
+    forwarding only (as `controller watch` brings back a topology without the pool's jobs)."""
+    def rank(r: int) -> list[np.ndarray]:
+        try:
+            return [agents[r].allreduce(call[r]) for call in calls]
+        finally:
+            agents[r].close()
+
     with ThreadPoolExecutor(len(agents)) as threads:
-        futures = [threads.submit(lambda a=a, r=r: [a.allreduce(call[r]) for call in calls])
-                   for r, a in enumerate(agents)]
+        futures = [threads.submit(rank, r) for r in range(len(agents))]
         assert died.wait(HANG_GUARD_S)
         server.restart()
         with Switch("s1", server.addr) as again:
             push_pipeline(again, pipeline)
             install_forwarding(again, topo, "s1")
-        results = [f.result(timeout=HANG_GUARD_S) for f in futures]
-    for a in agents:
-        a.close()
-    return results
+        return [f.result(timeout=HANG_GUARD_S) for f in futures]
 
 
 def test_switch_killed_mid_call_finishes_on_the_ring_with_the_exact_sum(
@@ -371,10 +377,36 @@ def test_on_the_ring_every_op_and_dtype_the_switch_takes_is_right(switch, op: st
             a.fall_back("test: the switch is not used")
         with ThreadPoolExecutor(3) as threads:
             results = list(threads.map(lambda r: agents[r].allreduce(inputs[r], op), range(3)))
-        for a in agents:
-            a.close()
+        close_all(agents)
     for got in results:
         assert got.dtype == dt and got.shape == inputs[0].shape
         check = numerics.check_sum(got, inputs, summed_on_hosts=True, op=op)
         assert check.correct, check
     assert switch.state.counters["MyIngress.contributions"].packets[0] == 0
+
+
+def test_a_rank_that_lost_the_last_calls_result_is_brought_through_by_the_others_close(
+        controlled: Switch, p4sim_server: InProcessP4sim, pipeline: Pipeline) -> None:
+    """The switch dies sending the only call's result: ranks 0-2 return from it, rank 3 has no
+    result. The others' close (one more call) times out too, and they redo the call on the
+    ring with rank 3: it gets the exact sum instead of an IncTimeoutError."""
+    n = 4
+    topo = pool_topology(6, p4sim_server.port)
+    pool = JobPool(topo, [controlled], slots=32)
+    calls = [[np.full(INC_K, 10 * (r + 1), np.int32) for r in range(n)]]
+    events: list[tuple[int, FallbackEvent]] = []
+    try:
+        grant = pool.request([(f"10.0.0.{h}", INC_PORT) for h in range(1, n + 1)], WINDOW)
+        lease = pool_client.Lease(grant.job_id, grant.switch, grant.slot_base, grant.num_slots)
+        p4sim_server.crash_on_result_to = host(n).port
+        with InProcessFabric(p4sim_server, [host(h) for h in range(1, n + 1)]) as fabric:
+            agents = fallback_workers(fabric, lease, None, ring_job=1, give_up_after=0.5)
+            for r, a in enumerate(agents):
+                a.on_fallback = lambda e, r=r: events.append((r, e))
+            results = run_through_a_switch_loss(agents, calls, p4sim_server, p4sim_server.crashed, pipeline, topo)
+    finally:
+        pool.close()
+    log.info("fallbacks: %s", events)
+    for ranked in results:
+        np.testing.assert_array_equal(ranked[0], np.full(INC_K, 100, np.int32))
+    assert sorted((r, e.call) for r, e in events) == [(0, 1), (1, 1), (2, 1), (3, 0)]
