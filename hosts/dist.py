@@ -21,6 +21,7 @@ import dataclasses
 import enum
 import json
 import logging
+import math
 import os
 import socket
 import time
@@ -258,7 +259,11 @@ def new_group(backend: str = "auto", env: LaunchEnv | None = None, options: Opti
             inc = _probe_inc(env, options, backend == "auto")
             if all(rendezvous.all_gather(inc is not None)):
                 if backend == "auto":
-                    agent = FallbackAllReduce(inc, ring_config, ring_transport)
+                    # Ranks reach the ring apart (one gave up on the switch later, or computed
+                    # longer before its next call): a stall there may last as long as the switch's.
+                    patient = dataclasses.replace(ring_config, max_retries=max(
+                        options.max_retries, math.ceil(options.give_up_after / options.timeout)))
+                    agent = FallbackAllReduce(inc, patient, ring_transport)
                     return ProcessGroup(env.rank, env.world_size, agent, "inc", lease=lease)
                 ring_transport.close()
                 return ProcessGroup(env.rank, env.world_size, inc, "inc", lease=lease)
