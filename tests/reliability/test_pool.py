@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import socket
 import subprocess
 import sys
 import threading
@@ -24,6 +25,7 @@ from controller.switch import Pipeline, Switch
 from hosts import numerics
 from hosts import pool as pool_client
 from hosts.agent import JobConfig, Worker
+from hosts.dist import Options
 from hosts.fallback import FallbackAllReduce, FallbackEvent
 from hosts.inc import INC_K, INC_PORT
 from hosts.inprocess import InProcessFabric
@@ -32,6 +34,7 @@ from tests.controller.conftest import REPO
 from tests.hosts.conftest import host
 from tests.hosts.conftest import install_forwarding as install_forwarding_direct
 from tests.reliability.conftest import HANG_GUARD_S, HookedTransport, InProcessP4sim
+from tests.workloads.test_dist import free_port, on_every_rank
 from topologies.spec import Endpoint, HostSpec, LinkSpec, Topology, star
 
 log = logging.getLogger(__name__)
@@ -410,3 +413,22 @@ def test_a_rank_that_lost_the_last_calls_result_is_brought_through_by_the_others
     for ranked in results:
         np.testing.assert_array_equal(ranked[0], np.full(INC_K, 100, np.int32))
     assert sorted((r, e.call) for r, e in events) == [(0, 1), (1, 1), (2, 1), (3, 0)]
+
+
+def test_dist_group_whose_hosts_no_pool_switch_serves_runs_on_the_ring(
+        controlled: Switch, p4sim_server: InProcessP4sim, caplog: pytest.LogCaptureFixture) -> None:
+    """hosts.dist ranks on loopback (no host of the topology) ask the real service: refused as
+    cannot_aggregate, they agree on the ring; the exact sum, one fallback counted per rank."""
+    pool = JobPool(pool_topology(6, p4sim_server.port), [controlled], slots=16)
+    x = [np.arange(70, dtype=np.int32) * (r + 2) for r in range(2)]
+    try:
+        with PoolServer(pool, "127.0.0.1:0") as server:
+            options = Options(aggregator=("127.0.0.1", free_port(socket.SOCK_DGRAM)), pool=server.address)
+            results = on_every_rank(2, options, lambda g: g.all_reduce(x[g.rank]))
+    finally:
+        pool.close()
+    for group, got in results:
+        assert group.backend == "ring" and group.stats.fallbacks == 1
+        np.testing.assert_array_equal(got, x[0] + x[1])
+    assert "the slot pool refused the job (cannot_aggregate: no host has IP 127.0.0.1" in caplog.text
+    assert job_ids(controlled) == set()
