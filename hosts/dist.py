@@ -245,7 +245,7 @@ def new_group(backend: str = "auto", env: LaunchEnv | None = None, options: Opti
     try:
         ring_transport, me = _ring_socket(rendezvous, options)
         ring_transport.peers = [tuple(p) for p in rendezvous.all_gather(me)]
-        refusal = None
+        refusal, hint = None, ""
         if backend in ("auto", "inc") and options.pool:
             lease, answer = _pool_job(rendezvous, env, options)
             if isinstance(answer, str):
@@ -269,11 +269,11 @@ def new_group(backend: str = "auto", env: LaunchEnv | None = None, options: Opti
                 return ProcessGroup(env.rank, env.world_size, inc, "inc", lease=lease)
             if inc is not None:
                 inc.close()
-            refusal = f"no switch answered job {options.job_id} at {options.aggregator[0]}"
+            refusal = f"no switch answered job {options.job_id} at {options.aggregator[0]} on every rank"
+            hint = f"; is the job installed and are all {env.world_size} ranks on it?"
         if refusal is not None:
             if backend == "inc":
-                raise DistError(f"{refusal} on every rank; is the job installed and are all {env.world_size} "
-                                f"ranks on it?")
+                raise DistError(refusal + hint)
             log.warning("rank %d: %s; falling back to the host ring", env.rank, refusal)
         if lease is not None:
             lease.release()
