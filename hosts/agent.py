@@ -1,5 +1,7 @@
 """A worker's side of in-network AllReduce: `Worker.allreduce(array)` chunks the array
-into K-element packets and keeps a window of slots in flight through a Transport. Its
+into K-element packets and keeps a window of slots in flight through a Transport. The
+switch's other collectives go the same way, told apart by the header's collective and root:
+`reduce`, `reduce_scatter`, `broadcast`, `all_gather` and `barrier` (docs/protocol.md). Its
 timers and window adapt to what it measures (hosts/pacing.py); it reports int32 overflow
 instead of returning a wrong sum, and each call's counts and times in `Worker.last_stats`.
 float16 and bfloat16 go the float32 way (block floating point) and are rounded back once.
@@ -16,8 +18,9 @@ from typing import Any
 import numpy as np
 
 from hosts import numerics, quantize
-from hosts.inc import (ELEMENT_BYTES, FLAG_OVERFLOW, INC_K, MAX_WORKERS, OP_CONTRIB, OP_RESULT, REDUCE_SUM,
-                       IncFormatError, IncHeader, elements_view, pack_header, unpack_header)
+from hosts.inc import (COLL_ALLREDUCE, COLL_BARRIER, COLL_BROADCAST, COLL_REDUCE, ELEMENT_BYTES, FLAG_OVERFLOW,
+                       INC_K, MAX_WORKERS, OP_ACK, OP_CONTRIB, OP_JOIN, OP_RESULT, REDUCE_SUM, IncFormatError,
+                       IncHeader, elements_view, pack_header, unpack_header)
 from hosts.pacing import CongestionWindow, RtoEstimator
 from hosts.transport import Transport
 
@@ -160,7 +163,69 @@ class Worker:
     def allreduce(self, array: np.ndarray, op: str = "sum") -> np.ndarray:
         """The element-wise sum (op "sum"), minimum ("min") or maximum ("max") of `array` over
         all workers, same shape and dtype (numerics.REDUCE_DTYPES: which dtypes each op takes)."""
+        return self._reduce(np.asarray(array), op, COLL_ALLREDUCE, None)
+
+    def reduce(self, array: np.ndarray, root: int, op: str = "sum") -> np.ndarray | None:
+        """`allreduce`'s result at worker `root` alone (None at the others): the switch sends
+        the data to the root and a header-only ACK to the others."""
+        self._check_root(root)
         array = np.asarray(array)
+        result = self._reduce(array, op, COLL_REDUCE, np.full(-(-array.size // INC_K), root))
+        return result if self.config.worker_id == root else None
+
+    def reduce_scatter(self, array: np.ndarray, op: str = "sum") -> np.ndarray:
+        """Worker w's 1/N of the reduced `array` (its first dimension a multiple of N): rows
+        w*L/N .. (w+1)*L/N - 1. The switch sends each chunk's result to its owner alone."""
+        array = np.asarray(array)
+        n, me = self.config.num_workers, self.config.worker_id
+        if array.ndim == 0 or array.shape[0] % n:
+            raise ValueError(f"reduce_scatter needs a first dimension divisible by {n}, not shape {array.shape}")
+        out_shape = (array.shape[0] // n, *array.shape[1:])
+        part = array.size // n
+        if part == 0:
+            numerics.reduce_op(op, array.dtype)      # a bad op or dtype is refused all the same
+            return np.zeros(out_shape, array.dtype)
+        per_block = -(-part // INC_K)        # chunks per worker's part: a chunk has one owner
+        padded = np.zeros((n, per_block * INC_K), array.dtype)
+        padded[:, :part] = array.reshape(n, part)
+        result = self._reduce(padded.ravel(), op, COLL_REDUCE, np.repeat(np.arange(n), per_block))
+        return result.reshape(n, -1)[me, :part].reshape(out_shape)
+
+    def broadcast(self, array: np.ndarray, root: int) -> np.ndarray:
+        """Worker `root`'s `array` on every worker, bit for bit (any dtype; the others pass an
+        array of the same shape and dtype, its values unused). Only the root sends data."""
+        self._check_root(root)
+        array = np.ascontiguousarray(array)
+        words = numerics.as_words(array)
+        if words.size == 0:
+            return array.copy()
+        call = _GatherCall(self, words, np.full(-(-words.size // INC_K), root), COLL_BROADCAST)
+        return numerics.from_words(self._run(call), array)
+
+    def all_gather(self, array: np.ndarray) -> np.ndarray:
+        """Every worker's `array` (same shape and dtype on all), stacked in worker order:
+        shape (N, *array.shape), bit for bit. Each worker sends only its own array."""
+        array = np.ascontiguousarray(array)
+        n, me = self.config.num_workers, self.config.worker_id
+        words = numerics.as_words(array)
+        if words.size == 0:
+            return np.zeros((n, *array.shape), array.dtype)
+        per_block = -(-words.size // INC_K)
+        placed = np.zeros((n, per_block * INC_K), np.int32)
+        placed[me, :words.size] = words
+        call = _GatherCall(self, placed.ravel(), np.repeat(np.arange(n), per_block), COLL_BROADCAST)
+        gathered = self._run(call).reshape(n, -1)
+        return np.stack([numerics.from_words(row[:words.size], array) for row in gathered])
+
+    def barrier(self) -> None:
+        """Returns once every worker has called it: one header-only JOIN each, one ACK back."""
+        self._run(_GatherCall(self, np.zeros(1, np.int32), np.zeros(1, np.int64), COLL_BARRIER))
+
+    def _check_root(self, root: int) -> None:
+        if not 0 <= root < self.config.num_workers:
+            raise ValueError(f"root must be a worker 0..{self.config.num_workers - 1}, not {root}")
+
+    def _reduce(self, array: np.ndarray, op: str, collective: int, roots: np.ndarray | None) -> np.ndarray:
         reduce_op = numerics.reduce_op(op, array.dtype)
         if array.size == 0:
             return array.copy()
@@ -168,6 +233,10 @@ class Worker:
             call: _Call = _OrderedCall(self, array, reduce_op)
         else:
             call = (_Int32Call if array.dtype == np.int32 else _Float32Call)(self, array)
+        call.collective, call.roots = collective, roots
+        return self._run(call)
+
+    def _run(self, call: "_Call") -> np.ndarray:
         try:
             self._exchange(call)
             return call.finish()
@@ -238,7 +307,7 @@ class Worker:
         except IncFormatError as e:
             log.debug("ignoring a packet: %s", e)
             return None
-        if header.opcode != OP_RESULT or header.job_id != self.config.job_id:
+        if header.opcode not in (OP_RESULT, OP_ACK) or header.job_id != self.config.job_id:
             log.debug("ignoring %s", header)
             return None
         item = in_flight.get(header.seq)
@@ -253,7 +322,7 @@ class Worker:
         if not call.stats.results:
             call.stats.first_result_s = now - call.first_sent
         call.stats.results += 1
-        call.record(item, header.flags, header.need, data)
+        call.record(item, header.flags, header.need, data if header.opcode == OP_RESULT else None)
         return item
 
     def _resend_overtaken(self, answered: _Item, in_flight: dict[int, _Item], highest: int,
@@ -351,7 +420,7 @@ class _Call:
         self.send_drops_before = counters.dropped if counters is not None else 0
         self.samples_before = worker.rto.samples
         self.first_sent = self.started
-        self.sums = np.empty((self.m, INC_K), np.int32)
+        self.sums = np.zeros((self.m, INC_K), np.int32)   # zeros stay where only an ACK came back
         self.overflowed: list[int] = []         # chunks whose (final) result has OVERFLOW
         self.answered = 0                        # items 0 .. answered - 1 have their results, in order
         self.done = False
@@ -359,16 +428,30 @@ class _Call:
         self._last = self.size - (self.m - 1) * INC_K
         self._job_id, self._worker_id = cfg.job_id, cfg.worker_id
         self.reduce_op = REDUCE_SUM
+        self.collective = COLL_ALLREDUCE
+        self.roots: np.ndarray | None = None     # each chunk's root worker (Reduce, Broadcast)
+
+    def root_of(self, chunk: int) -> int:
+        return 0 if self.roots is None else int(self.roots[chunk])
+
+    def sends_data(self, chunk: int) -> bool:
+        """Whether this worker's packet for `chunk` is a CONTRIB with data, else a header-only JOIN."""
+        if self.collective == COLL_BROADCAST:
+            return self.root_of(chunk) == self._worker_id
+        return self.collective != COLL_BARRIER
 
     def header(self, chunk: int, slot: int, version: int, seq: int, flags: int = 0, exponent: int = 0,
                need: int = 0) -> bytes:
-        return pack_header(IncHeader(OP_CONTRIB, self._job_id, self._worker_id,
-                                     INC_K if chunk < self.m - 1 else self._last, slot, version, seq, flags,
-                                     exponent, need, reduce_op=self.reduce_op))
+        return pack_header(IncHeader(OP_CONTRIB if self.sends_data(chunk) else OP_JOIN, self._job_id,
+                                     self._worker_id, INC_K if chunk < self.m - 1 else self._last, slot,
+                                     version, seq, flags, exponent, need, reduce_op=self.reduce_op,
+                                     collective=self.collective, root=self.root_of(chunk)))
 
-    def record(self, item: _Item, flags: int, need: int, payload: bytes) -> None:
-        """A result: keep its sums, then look at the results in item order."""
-        self.sums[item.chunk] = elements_view(payload)
+    def record(self, item: _Item, flags: int, need: int, payload: bytes | None) -> None:
+        """A result (payload None: an ACK, no data for this worker): keep its sums, then look
+        at the results in item order."""
+        if payload is not None:
+            self.sums[item.chunk] = elements_view(payload)
         if item.index != self.answered:
             self._pending[item.index] = (item.chunk, flags, need)
             return
@@ -421,6 +504,22 @@ class _Int32Call(_Call):
         out = self.sums.ravel()[:self.size].reshape(self.shape)
         self.stats.finish_s = time.monotonic() - t0
         return out
+
+
+class _GatherCall(_Int32Call):
+    """Broadcast and AllGather (and Barrier): chunk c carries raw 32-bit words of worker
+    roots[c]'s data, which that worker sends and the others JOIN for; the switch sums one
+    chunk with zeros, so every worker gets the words back unchanged. A Barrier's chunk has
+    no data: every worker JOINs and gets an ACK."""
+
+    def __init__(self, worker: Worker, words: np.ndarray, roots: np.ndarray, collective: int) -> None:
+        super().__init__(worker, words)
+        self.collective, self.roots = collective, roots
+
+    def packet(self, chunk: int, slot: int, version: int, seq: int) -> bytes:
+        if self.sends_data(chunk):
+            return super().packet(chunk, slot, version, seq)
+        return self.header(chunk, slot, version, seq)
 
 
 class _OrderedCall(_Int32Call):

@@ -8,10 +8,13 @@ With P4INC_POOL set, rank 0 first asks the controller's slot pool for the job's 
 (hosts/pool.py); a refusal (pool full, no switch can aggregate for these hosts, no service)
 means the ring under "auto".
 
-Only AllReduce is in the switch today. The other collectives are built on it: broadcast is
-an AllReduce where non-roots contribute zeros, all_gather an AllReduce of each rank's array
-placed in its own disjoint slice, barrier a one-element AllReduce. Broadcast and all_gather
-travel as int32 bit patterns (x + 0 never overflows), so they are exact for any dtype.
+On "inc" every collective is the switch's own (hosts/agent.py, docs/protocol.md): the switch
+delivers reduce_scatter's parts to their owners alone, broadcast and all_gather carry only
+the owners' data, barrier is one header-only packet each. The ring backend builds them on
+its AllReduce: broadcast is an AllReduce where non-roots contribute zeros, all_gather an
+AllReduce of each rank's array placed in its own disjoint slice, barrier a one-element
+AllReduce. Broadcast and all_gather travel as int32 bit patterns on both backends (on the
+ring x + 0 never overflows), so they are exact for any dtype.
 The module-level functions act on one default group, as torch.distributed's do; the
 `ProcessGroup` object carries all the state and can be used directly instead.
 """
@@ -30,6 +33,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from hosts import numerics
 from hosts.agent import IncError, IncTimeoutError, JobConfig, Worker
 from hosts.fallback import FallbackAllReduce, FallbackEvent
 from hosts.inc import AGG_IP, INC_PORT
@@ -172,12 +176,16 @@ class ProcessGroup:
         """Every rank's `array` (same shape and dtype on all ranks), in rank order, bit for bit."""
         array = np.ascontiguousarray(array)
         start = time.perf_counter()
-        words = _as_words(array)
-        placed = np.zeros((self.world_size, words.size), np.int32)
-        placed[self.rank] = words
-        gathered = self._agent.allreduce(placed.ravel()).reshape(self.world_size, -1)
+        if isinstance(self._agent, Worker):
+            result = list(self._agent.all_gather(array))
+        else:
+            words = numerics.as_words(array)
+            placed = np.zeros((self.world_size, words.size), np.int32)
+            placed[self.rank] = words
+            gathered = self._agent.allreduce(placed.ravel()).reshape(self.world_size, -1)
+            result = [numerics.from_words(row, array) for row in gathered]
         self.stats.add("all_gather", time.perf_counter() - start)
-        return [_from_words(row, array) for row in gathered]
+        return result
 
     def reduce_scatter(self, array: np.ndarray, op: ReduceOp = ReduceOp.SUM) -> np.ndarray:
         """Rank r's 1/N of the reduced `array` (its length a multiple of N): the rows r*L/N ..."""
@@ -186,8 +194,10 @@ class ProcessGroup:
             raise ValueError(f"reduce_scatter needs a length divisible by {self.world_size}, not {len(array)}")
         part = len(array) // self.world_size
         start = time.perf_counter()
-        # Today the switch returns the whole sum; a switch-side reduce-scatter (issue 12) sends less.
-        result = self._reduce(array, ReduceOp(op))[self.rank * part:(self.rank + 1) * part]
+        if isinstance(self._agent, Worker):
+            result = self._average(self._agent.reduce_scatter(array), ReduceOp(op))
+        else:
+            result = self._reduce(array, ReduceOp(op))[self.rank * part:(self.rank + 1) * part]
         self.stats.add("reduce_scatter", time.perf_counter() - start)
         return result
 
@@ -197,15 +207,22 @@ class ProcessGroup:
             raise ValueError(f"src must be a rank in 0..{self.world_size - 1}, not {src}")
         source = np.ascontiguousarray(array)
         start = time.perf_counter()
-        words = _as_words(source) if self.rank == src else np.zeros(_as_words(source).size, np.int32)
-        result = _from_words(self._agent.allreduce(words), source)
+        if isinstance(self._agent, Worker):
+            result = self._agent.broadcast(source, src)
+        else:
+            words = numerics.as_words(source)
+            words = words if self.rank == src else np.zeros_like(words)
+            result = numerics.from_words(self._agent.allreduce(words), source)
         self.stats.add("broadcast", time.perf_counter() - start)
         return result
 
     def barrier(self) -> None:
-        """Returns once every rank has called it: a one-element AllReduce."""
+        """Returns once every rank has called it: the switch's barrier, or a one-element AllReduce."""
         start = time.perf_counter()
-        self._agent.allreduce(np.zeros(1, np.int32))
+        if isinstance(self._agent, Worker):
+            self._agent.barrier()
+        else:
+            self._agent.allreduce(np.zeros(1, np.int32))
         self.stats.add("barrier", time.perf_counter() - start)
 
     def close(self) -> None:
@@ -220,7 +237,9 @@ class ProcessGroup:
         self.stats.backend = "ring"
 
     def _reduce(self, array: np.ndarray, op: ReduceOp) -> np.ndarray:
-        result = self._agent.allreduce(array)
+        return self._average(self._agent.allreduce(array), op)
+
+    def _average(self, result: np.ndarray, op: ReduceOp) -> np.ndarray:
         if op is ReduceOp.AVG:
             if result.dtype != np.float32:
                 raise TypeError("ReduceOp.AVG needs float32 arrays")
@@ -504,19 +523,6 @@ def _read_line(conn: socket.socket, timeout: float) -> Any:
             raise DistError("rendezvous: a rank closed the connection early")
         data += chunk
     return json.loads(data)
-
-
-def _as_words(array: np.ndarray) -> np.ndarray:
-    """The array's bytes as int32 words, zero padded to a whole word."""
-    raw = np.frombuffer(array.tobytes(), np.uint8)
-    padded = np.zeros(-(-raw.size // 4) * 4, np.uint8)
-    padded[:raw.size] = raw
-    return padded.view(np.int32)
-
-
-def _from_words(words: np.ndarray, like: np.ndarray) -> np.ndarray:
-    raw = np.ascontiguousarray(words, np.int32).view(np.uint8)[:like.nbytes]
-    return raw.view(like.dtype).reshape(like.shape).copy()
 
 
 def _fill(target: Any, result: np.ndarray) -> np.ndarray:

@@ -8,8 +8,8 @@ import struct
 from dataclasses import dataclass
 
 import numpy as np
-from scapy.fields import (BitEnumField, BitField, ByteEnumField, ByteField, FieldListField, FlagsField,
-                          ShortField, SignedByteField, SignedIntField, IntField)
+from scapy.fields import (BitEnumField, BitField, ByteEnumField, ByteField, ConditionalField, FieldListField,
+                          FlagsField, ShortField, SignedByteField, SignedIntField, IntField)
 from scapy.layers.inet import UDP
 from scapy.packet import Packet, bind_layers
 
@@ -26,18 +26,29 @@ OP_CONTRIB = 1
 OP_RESULT = 2
 OP_RING = 3                      # ring baseline: one chunk of a step, host to host
 OP_RING_ACK = 4                  # ring baseline: the receiver has that chunk
-OPCODES = {OP_CONTRIB: "contrib", OP_RESULT: "result", OP_RING: "ring", OP_RING_ACK: "ring-ack"}
+OP_JOIN = 5                      # worker -> switch, header only: counted, adds nothing
+OP_ACK = 6                       # switch -> worker, header only: the round is complete
+OPCODES = {OP_CONTRIB: "contrib", OP_RESULT: "result", OP_RING: "ring", OP_RING_ACK: "ring-ack",
+           OP_JOIN: "join", OP_ACK: "ack"}
+HEADER_ONLY = (OP_JOIN, OP_ACK)  # opcodes whose payload is the 16-byte header alone
 REDUCE_SUM = 0                   # how the switch combines a slot's contributions (byte 14, reduce_op)
 REDUCE_MIN = 1
 REDUCE_MAX = 2
 REDUCE_OPS = {REDUCE_SUM: "sum", REDUCE_MIN: "min", REDUCE_MAX: "max"}
+# Who sends data and who gets it (byte 15, bits 7..5; bits 4..0 are the root worker).
+COLL_ALLREDUCE = 0               # all send, all get the result
+COLL_REDUCE = 1                  # all send, the root gets the result, the others an ACK
+COLL_BROADCAST = 2               # the root sends, the others JOIN; all get the root's chunk
+COLL_BARRIER = 3                 # all JOIN, all get an ACK
+COLLECTIVES = {COLL_ALLREDUCE: "allreduce", COLL_REDUCE: "reduce", COLL_BROADCAST: "broadcast",
+               COLL_BARRIER: "barrier"}
 
 FLAG_OVERFLOW = 0x01
 FLAG_RESENT = 0x02
 
 HEADER_SIZE = 16
 ELEMENT_BYTES = 4 * INC_K
-PAYLOAD_SIZE = HEADER_SIZE + ELEMENT_BYTES    # the UDP payload of every INC packet
+PAYLOAD_SIZE = HEADER_SIZE + ELEMENT_BYTES    # the UDP payload of every INC packet but JOIN and ACK
 
 
 class IncFormatError(ValueError):
@@ -72,18 +83,20 @@ class Inc(Packet):
         SignedByteField("exponent", 0),
         SignedByteField("need", 0),
         ByteEnumField("reduce_op", REDUCE_SUM, REDUCE_OPS),
-        ByteField("reserved", 0),
-        ElementsField("elements"),
+        BitEnumField("collective", COLL_ALLREDUCE, 3, COLLECTIVES),
+        BitField("root", 0, 5),
+        ConditionalField(ElementsField("elements"), lambda pkt: pkt.opcode not in HEADER_ONLY),
     ]
 
     def post_build(self, pkt: bytes, pay: bytes) -> bytes:
         if self.count is None:
-            pkt = pkt[:5] + bytes([min(len(self.elements or []), INC_K)]) + pkt[6:]
+            count = 1 if self.opcode in HEADER_ONLY else min(len(self.elements or []), INC_K)
+            pkt = pkt[:5] + bytes([count]) + pkt[6:]
         return pkt + pay
 
     def mysummary(self) -> str:
         return self.sprintf("INC %opcode% job=%job_id% worker=%worker_id% slot=%slot%/%pool_version% "
-                            "seq=%seq% count=%count% flags=%flags%")
+                            "seq=%seq% count=%count% flags=%flags% %collective% root=%root%")
 
 
 bind_layers(UDP, Inc, dport=INC_PORT)
@@ -106,6 +119,8 @@ class IncHeader:
     need: int = 0
     version: int = INC_VERSION
     reduce_op: int = REDUCE_SUM
+    collective: int = COLL_ALLREDUCE
+    root: int = 0
 
 
 _HEADER = struct.Struct("!BBHBBHIbbBB")
@@ -114,33 +129,45 @@ _ZERO_ELEMENTS = bytes(ELEMENT_BYTES)
 
 
 def pack(header: IncHeader, elements: np.ndarray) -> bytes:
-    """The UDP payload for `header` and up to K int32 `elements` (zero padded)."""
+    """The UDP payload for `header` and up to K int32 `elements` (zero padded); a JOIN's or
+    an ACK's is the header alone."""
     data = np.asarray(elements, dtype=_ELEMENTS).tobytes()
+    if header.opcode in HEADER_ONLY:
+        if data:
+            raise ValueError(f"a {OPCODES[header.opcode]} carries no elements")
+        return pack_header(header)
     if len(data) > ELEMENT_BYTES:
         raise ValueError(f"an INC packet carries at most {INC_K} elements, not {len(data) // 4}")
     return pack_header(header) + data + _ZERO_ELEMENTS[len(data):]
 
 
 def pack_header(header: IncHeader) -> bytes:
-    """The 16 header bytes alone; a payload is these and ELEMENT_BYTES of big-endian int32."""
+    """The 16 header bytes alone: a JOIN's payload, else followed by ELEMENT_BYTES of big-endian int32."""
     return _HEADER.pack((header.version << 4) | header.opcode, header.flags, header.job_id,
                         header.worker_id, header.count, (header.pool_version << 15) | header.slot,
-                        header.seq, header.exponent, header.need, header.reduce_op, 0)
+                        header.seq, header.exponent, header.need, header.reduce_op,
+                        (header.collective << 5) | header.root)
 
 
 def unpack(payload: bytes) -> tuple[IncHeader, np.ndarray]:
-    """Header and the K elements (native int32) of an INC UDP payload."""
-    return unpack_header(payload), elements_view(payload).astype(np.int32)
+    """Header and the K elements (native int32) of an INC UDP payload; none for JOIN and ACK."""
+    header = unpack_header(payload)
+    if header.opcode in HEADER_ONLY:
+        return header, np.zeros(0, np.int32)
+    return header, elements_view(payload).astype(np.int32)
 
 
 def unpack_header(payload: bytes) -> IncHeader:
-    """The header of an INC UDP payload, after checking that the payload is whole."""
-    if len(payload) < PAYLOAD_SIZE:
-        raise IncFormatError(f"an INC payload has {PAYLOAD_SIZE} bytes, this one {len(payload)}")
-    vo, flags, job, worker, count, vs, seq, exponent, need, reduce_op, _ = _HEADER.unpack_from(payload)
+    """The header of an INC UDP payload, after checking that the payload is whole (a JOIN or
+    an ACK is the header alone)."""
+    if len(payload) < HEADER_SIZE:
+        raise IncFormatError(f"an INC payload has at least {HEADER_SIZE} bytes, this one {len(payload)}")
+    vo, flags, job, worker, count, vs, seq, exponent, need, reduce_op, cr = _HEADER.unpack_from(payload)
+    if vo & 0xF not in HEADER_ONLY and len(payload) < PAYLOAD_SIZE:
+        raise IncFormatError(f"an INC payload with data has {PAYLOAD_SIZE} bytes, this one {len(payload)}")
     return IncHeader(opcode=vo & 0xF, job_id=job, worker_id=worker, count=count, slot=vs & 0x7FFF,
                      pool_version=vs >> 15, seq=seq, flags=flags, exponent=exponent, need=need,
-                     version=vo >> 4, reduce_op=reduce_op)
+                     version=vo >> 4, reduce_op=reduce_op, collective=cr >> 5, root=cr & 0x1F)
 
 
 def elements_view(payload: bytes) -> np.ndarray:

@@ -19,7 +19,7 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
-from hosts.inc import AGG_IP, AGG_MAC, INC_PORT, PAYLOAD_SIZE, RING_PORT
+from hosts.inc import AGG_IP, AGG_MAC, HEADER_SIZE, INC_PORT, PAYLOAD_SIZE, RING_PORT
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +67,9 @@ class InProcessFabric:
         self._inboxes = {(h.port, udp_port): queue.Queue() for h in self.hosts
                          for udp_port in (h.udp_port, RING_PORT)}
         self._by_port = {h.port: h for h in self.hosts}
-        self._prefixes = [_prefix(h, AGG_MAC, AGG_IP, h.udp_port, INC_PORT) for h in self.hosts]
+        # by payload size: a contribution's, or a JOIN's header alone
+        self._prefixes = {size: [_prefix(h, AGG_MAC, AGG_IP, h.udp_port, INC_PORT, size) for h in self.hosts]
+                          for size in (PAYLOAD_SIZE, HEADER_SIZE)}
         self._peer_prefixes = [[_prefix(h, p.mac, p.ip, RING_PORT, RING_PORT) for p in self.hosts]
                                for h in self.hosts]
         self._delayed: list[tuple[float, int, Callable[[], None]]] = []
@@ -106,7 +108,10 @@ class InProcessFabric:
 
     def send_payload(self, index: int, payload: bytes) -> None:
         """Host `index` sends an INC payload to the aggregator."""
-        self.send_frame(self.hosts[index].port, self._prefixes[index] + payload)
+        prefixes = self._prefixes.get(len(payload))
+        if prefixes is None:
+            raise ValueError(f"an INC payload has {PAYLOAD_SIZE} or {HEADER_SIZE} bytes, not {len(payload)}")
+        self.send_frame(self.hosts[index].port, prefixes[index] + payload)
 
     def send_to_peer(self, index: int, peer: int, payload: bytes) -> None:
         """Host `index` sends a ring payload to host `peer`, through the switch's forwarding."""
@@ -200,9 +205,9 @@ def _ip_bytes(ip: str) -> bytes:
     return bytes(int(b) for b in ip.split("."))
 
 
-def _prefix(host: Host, dst_mac: str, dst_ip: str, sport: int, dport: int) -> bytes:
-    """Ethernet/IPv4/UDP header bytes of every INC-sized packet from `host` to one
-    destination, built once with Scapy."""
+def _prefix(host: Host, dst_mac: str, dst_ip: str, sport: int, dport: int, size: int = PAYLOAD_SIZE) -> bytes:
+    """Ethernet/IPv4/UDP header bytes of every packet with a `size`-byte payload from `host`
+    to one destination, built once with Scapy."""
     frame = (Ether(src=host.mac, dst=dst_mac) / IP(src=host.ip, dst=dst_ip)
-             / UDP(sport=sport, dport=dport, chksum=0) / Raw(bytes(PAYLOAD_SIZE)))
+             / UDP(sport=sport, dport=dport, chksum=0) / Raw(bytes(size)))
     return bytes(frame)[:_ETH_IP_UDP]

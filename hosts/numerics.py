@@ -69,6 +69,21 @@ def from_ordered(ordered: np.ndarray, dtype: np.dtype) -> np.ndarray:
     return np.where(ordered < 0, ordered ^ _SIGN_CLEARED, ordered).astype(np.int32).view(np.float32)
 
 
+def as_words(array: np.ndarray) -> np.ndarray:
+    """The array's bytes as int32 words, zero padded to a whole word (for collectives that
+    move data without combining it: bit for bit for any dtype)."""
+    raw = np.frombuffer(np.ascontiguousarray(array).tobytes(), np.uint8)
+    padded = np.zeros(-(-raw.size // 4) * 4, np.uint8)
+    padded[:raw.size] = raw
+    return padded.view(np.int32)
+
+
+def from_words(words: np.ndarray, like: np.ndarray) -> np.ndarray:
+    """The inverse of `as_words`: an array of `like`'s shape and dtype."""
+    raw = np.ascontiguousarray(words, np.int32).view(np.uint8)[:like.nbytes]
+    return raw.view(like.dtype).reshape(like.shape).copy()
+
+
 def sum_tolerance(inputs: Sequence[np.ndarray], exponent_slack: int = quantize.EXPONENT_SLACK) -> np.ndarray:
     """Per element, how far the AllReduce sum of `inputs` (one array per worker) may be from
     the exact sum (docs/protocol.md, "Error bound"): 0 for int32; for floats, the block's

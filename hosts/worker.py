@@ -2,6 +2,7 @@
 ring baseline) on a .npy tensor or on a generated one (which every worker can also compute
 for the others, so --check verifies the sum against numpy), and prints a JSON line of timings
 and, for inc, the transport's counts (packets, retransmissions, RTO, window: CallStats).
+With --collective, inc runs one of the switch's other collectives instead (docs/protocol.md).
 """
 from __future__ import annotations
 
@@ -38,9 +39,31 @@ def check_generated(result: np.ndarray, seed: int, num_workers: int, size: int, 
     return check_sum(result, inputs, summed_on_hosts, op)
 
 
+COLLECTIVES = ("allreduce", "reduce", "reduce-scatter", "broadcast", "all-gather", "barrier")
+
+
 def reduce(worker: Worker | RingWorker, tensor: np.ndarray, op: str) -> np.ndarray:
     """One AllReduce; the ring only sums (check_arguments refused anything else)."""
     return worker.allreduce(tensor) if op == "sum" else worker.allreduce(tensor, op)
+
+
+def run_collective(worker: Worker | RingWorker, tensor: np.ndarray, args: argparse.Namespace) -> np.ndarray:
+    """One call of --collective (all but allreduce are inc's: check_arguments); an empty array
+    where it gives this worker nothing (reduce at a non-root, barrier)."""
+    if args.collective == "allreduce":
+        return reduce(worker, tensor, args.op)
+    assert isinstance(worker, Worker)
+    if args.collective == "reduce":
+        result = worker.reduce(tensor, args.root, args.op)
+    elif args.collective == "reduce-scatter":
+        result = worker.reduce_scatter(tensor, args.op)
+    elif args.collective == "broadcast":
+        result = worker.broadcast(tensor, args.root)
+    elif args.collective == "all-gather":
+        result = worker.all_gather(tensor)
+    else:
+        result = worker.barrier()
+    return np.zeros(0, tensor.dtype) if result is None else result
 
 
 def parse_address(text: str) -> tuple[str, int]:
@@ -89,6 +112,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="dtype of the generated tensor (default float32)")
     p.add_argument("--op", choices=list(REDUCE_DTYPES), default="sum",
                    help="inc: sum (every dtype), min or max (int32, float32) of the workers' tensors (default sum)")
+    p.add_argument("--collective", choices=COLLECTIVES, default="allreduce",
+                   help="inc: which collective the switch runs (default allreduce); reduce-scatter needs a "
+                        "length divisible by --workers; broadcast and all-gather take any dtype, bit for bit")
+    p.add_argument("--root", type=int, default=0,
+                   help="reduce: the worker that gets the result; broadcast: the one whose tensor everyone "
+                        "gets (default 0)")
     p.add_argument("--seed", type=int, default=0, help="seed of the generated tensors (default 0)")
     p.add_argument("--check", action="store_true",
                    help="with --size: compare the result against numpy's float64 sum of all workers' "
@@ -129,15 +158,15 @@ def main(argv: list[str] | None = None) -> int:
     times, started, stats = [], [], []
     try:
         for _ in range(args.warmup):
-            reduce(worker, tensor, args.op)
+            run_collective(worker, tensor, args)
         for _ in range(args.iterations):
             started.append(time.time())
             start = time.perf_counter()
-            result = reduce(worker, tensor, args.op)
+            result = run_collective(worker, tensor, args)
             times.append(time.perf_counter() - start)
             if isinstance(worker, Worker):
                 stats.append(worker.last_stats)
-    except (IncError, TypeError) as e:
+    except (IncError, TypeError, ValueError) as e:
         print(f"error: worker {args.worker_id}: {e}", file=sys.stderr)
         return 1
     finally:
@@ -174,6 +203,10 @@ def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         parser.error(f"--op {args.op} takes {', '.join(map(str, REDUCE_DTYPES[args.op]))}, not --dtype {args.dtype}")
     if args.algorithm == "ring" and args.op != "sum":
         parser.error(f"--algorithm ring only sums; --op {args.op} needs inc")
+    if args.collective != "allreduce" and (args.algorithm == "ring" or args.check):
+        parser.error(f"--collective {args.collective} runs on inc only, without --check")
+    if not 0 <= args.root < args.workers:
+        parser.error(f"--root must be a worker 0..{args.workers - 1}, not {args.root}")
     if args.algorithm == "ring":
         if args.peers is None or len(args.peers) != args.workers:
             parser.error("--algorithm ring needs --peers with one IP per worker")

@@ -1,8 +1,10 @@
 /* -*- P4_16 -*- */
-// In-network AllReduce for v1model, after SwitchML: workers send K-element chunks of a
+// In-network collectives for v1model, after SwitchML: workers send K-element chunks of a
 // tensor to the switch's aggregator address; the switch sums them (or keeps their min or
-// max) per slot in registers and multicasts the result. Everything else is forwarded as
-// ordinary L2 traffic.
+// max) per slot in registers and multicasts the result. The header's collective says who
+// gets the result's data: everyone (AllReduce, Broadcast), or the root alone while the others
+// get a header-only acknowledgement (Reduce, ReduceScatter) or everyone an acknowledgement
+// (Barrier). Everything else is forwarded as ordinary L2 traffic.
 // Wire format and algorithm: docs/protocol.md.
 #include <core.p4>
 #include <v1model.p4>
@@ -25,6 +27,14 @@ const bit<16> INC_PORT = 48879;           // 0xBEEF
 const bit<4> INC_VERSION = 1;
 const bit<4> OP_CONTRIB  = 1;   // worker -> switch: one worker's chunk
 const bit<4> OP_RESULT   = 2;   // switch -> worker: the sum of all workers' chunks
+const bit<4> OP_JOIN     = 5;   // worker -> switch, header only: counts as a chunk of zeros
+const bit<4> OP_ACK      = 6;   // switch -> worker, header only: the round is complete
+
+// Who contributes data and who gets it back (the header's collective; root: the header's root).
+const bit<3> COLL_ALLREDUCE = 0;   // all contribute, all get the result
+const bit<3> COLL_REDUCE    = 1;   // all contribute, the root gets the result, the others an ACK
+const bit<3> COLL_BROADCAST = 2;   // the root contributes, the others JOIN; all get the root's chunk
+const bit<3> COLL_BARRIER   = 3;   // all JOIN, all get an ACK
 
 // How a slot combines contributions, element by element (the header's reduce_op).
 const bit<8> REDUCE_SUM = 0;    // signed 32-bit add, overflow flagged
@@ -41,6 +51,9 @@ const bit<32> VALUE_COUNT = SLOT_COUNT * INC_K;
 // A contribution's IPv4 and UDP lengths: headers, the 16-byte INC header and K elements.
 const bit<16> INC_UDP_LEN  = 8 + 16 + 4 * INC_K;
 const bit<16> INC_IPV4_LEN = 20 + INC_UDP_LEN;
+// A JOIN's or an ACK's: the header alone.
+const bit<16> INC_HEADER_UDP_LEN  = 8 + 16;
+const bit<16> INC_HEADER_IPV4_LEN = 20 + INC_HEADER_UDP_LEN;
 const bit<3>  IPV4_MORE_FRAGMENTS = 1;
 
 /*************************************************************************
@@ -90,7 +103,7 @@ header udp_t {
 // 16 bytes. Field meanings and the host's side: docs/protocol.md.
 header inc_t {
     bit<4>  version;       // INC_VERSION
-    bit<4>  opcode;        // OP_CONTRIB or OP_RESULT
+    bit<4>  opcode;        // OP_CONTRIB, OP_JOIN, OP_RESULT or OP_ACK
     bit<8>  flags;         // FLAG_*; a result carries the OR of its contributions' flags
     bit<16> job_id;
     bit<8>  worker_id;     // 0..31: a bit in the slot's contributor bitmap
@@ -101,7 +114,8 @@ header inc_t {
     bit<8>  exponent;      // int8: the chunk's shared block exponent (float32 jobs); carried unchanged
     bit<8>  need;          // int8: exponent the sender needs; a result carries the max
     bit<8>  reduce_op;     // REDUCE_SUM, REDUCE_MIN or REDUCE_MAX; every worker of a call sends the same
-    bit<8>  reserved;      // zero
+    bit<3>  collective;    // COLL_*; every worker of a call sends the same
+    bit<5>  root;          // the worker that contributes (Broadcast) or gets (Reduce) the data
 }
 
 header inc_data_t {
@@ -196,6 +210,13 @@ parser MyParser(packet_in packet,
     }
     state parse_inc {
         packet.extract(hdr.inc);
+        transition select(hdr.inc.opcode) {
+            OP_JOIN: accept;     // header only, as is an ACK on its way to a worker
+            OP_ACK:  accept;
+            default: parse_inc_data;
+        }
+    }
+    state parse_inc_data {
         packet.extract(hdr.inc_data);
         transition accept;
     }
@@ -426,6 +447,7 @@ control MyIngress(inout headers_t hdr,
 
     // A worker that lost the result retransmits: send it the stored result alone.
 #define LOAD_ELEMENT(i) slot_values.read(hdr.inc_data.e##i, meta.value_base + i);
+#define ZERO_ELEMENT(i) hdr.inc_data.e##i = 0;
     action resend_result() {
         FOR_EACH_ELEMENT(LOAD_ELEMENT)
         hdr.inc.opcode = OP_RESULT;
@@ -469,16 +491,23 @@ control MyIngress(inout headers_t hdr,
             return;
         }
 
-        // Addressed to the aggregator: it must be a whole, well-formed contribution.
+        // Addressed to the aggregator: it must be a whole, well-formed contribution (or JOIN).
         // Every check comes before the first register access.
-        // The lengths must say exactly one contribution, in one unfragmented datagram:
-        // bytes the lengths disown, or a fragment, are not a contribution.
-        if (!hdr.udp.isValid() || hdr.udp.dstPort != INC_PORT
-                || !hdr.inc.isValid() || !hdr.inc_data.isValid()
-                || standard_metadata.checksum_error == 1
-                || hdr.ipv4.version != 4 || hdr.ipv4.totalLen != INC_IPV4_LEN
-                || hdr.udp.len != INC_UDP_LEN
+        // The lengths must say exactly one contribution (a JOIN: the header alone), in one
+        // unfragmented datagram: bytes the lengths disown, or a fragment, are not a contribution.
+        if (!hdr.udp.isValid() || hdr.udp.dstPort != INC_PORT || !hdr.inc.isValid()
+                || standard_metadata.checksum_error == 1 || hdr.ipv4.version != 4
                 || hdr.ipv4.fragOffset != 0 || (hdr.ipv4.flags & IPV4_MORE_FRAGMENTS) != 0) {
+            drop_malformed();
+            return;
+        }
+        if (hdr.inc.opcode == OP_JOIN) {
+            if (hdr.ipv4.totalLen != INC_HEADER_IPV4_LEN || hdr.udp.len != INC_HEADER_UDP_LEN) {
+                drop_malformed();
+                return;
+            }
+        } else if (!hdr.inc_data.isValid() || hdr.ipv4.totalLen != INC_IPV4_LEN
+                || hdr.udp.len != INC_UDP_LEN) {
             drop_malformed();
             return;
         }
@@ -486,8 +515,18 @@ control MyIngress(inout headers_t hdr,
             drop_bad_version();
             return;
         }
-        if (hdr.inc.opcode != OP_CONTRIB || hdr.inc.count == 0 || hdr.inc.count > INC_K
-                || hdr.inc.reduce_op > REDUCE_MAX) {
+        if ((hdr.inc.opcode != OP_CONTRIB && hdr.inc.opcode != OP_JOIN)
+                || hdr.inc.count == 0 || hdr.inc.count > INC_K
+                || hdr.inc.reduce_op > REDUCE_MAX || hdr.inc.collective > COLL_BARRIER) {
+            drop_malformed();
+            return;
+        }
+        // Data comes from every worker (AllReduce, Reduce), from the root alone (Broadcast)
+        // or from nobody (Barrier). A JOIN adds zeros, so Broadcast and Barrier must sum.
+        bool sends_data = hdr.inc.collective == COLL_ALLREDUCE || hdr.inc.collective == COLL_REDUCE
+            || (hdr.inc.collective == COLL_BROADCAST && hdr.inc.worker_id == (bit<8>)hdr.inc.root);
+        if (sends_data != (hdr.inc.opcode == OP_CONTRIB)
+                || (hdr.inc.collective >= COLL_BROADCAST && hdr.inc.reduce_op != REDUCE_SUM)) {
             drop_malformed();
             return;
         }
@@ -495,6 +534,10 @@ control MyIngress(inout headers_t hdr,
             return;
         }
         if (meta.inc_forwarded) {
+            return;
+        }
+        if ((bit<8>)hdr.inc.root >= meta.num_workers) {
+            drop_malformed();
             return;
         }
         if (!inc_worker.apply().hit) {
@@ -514,6 +557,11 @@ control MyIngress(inout headers_t hdr,
             meta.slot = meta.slot + POOL_SIZE;
         }
         meta.value_base = meta.slot * INC_K;
+        // A JOIN is a chunk of zeros from here on; a result or resend built from it needs them.
+        if (hdr.inc.opcode == OP_JOIN) {
+            hdr.inc_data.setValid();
+            FOR_EACH_ELEMENT(ZERO_ELEMENT)
+        }
         read_slot();
 
         // A round is identified by its seq. A complete slot starts a new round only for
@@ -590,6 +638,18 @@ control MyEgress(inout headers_t hdr,
                 meta.dest_worker = (bit<8>)standard_metadata.egress_rid;
             }
             inc_worker_addr.apply();
+            // The data goes to every worker except: in a Reduce, to the root alone; in a
+            // Barrier, to nobody. The others get the header alone, as an ACK.
+            if (hdr.inc.collective == COLL_BARRIER
+                    || (hdr.inc.collective == COLL_REDUCE && meta.dest_worker != (bit<8>)hdr.inc.root)) {
+                hdr.inc.opcode = OP_ACK;
+                hdr.inc_data.setInvalid();
+                hdr.ipv4.totalLen = INC_HEADER_IPV4_LEN;
+                hdr.udp.len = INC_HEADER_UDP_LEN;
+            } else {
+                hdr.ipv4.totalLen = INC_IPV4_LEN;
+                hdr.udp.len = INC_UDP_LEN;
+            }
         } else if (meta.flooded && standard_metadata.egress_port == meta.ingress_port) {
             mark_to_drop(standard_metadata);
         }

@@ -143,6 +143,9 @@ def test_bad_arguments_give_a_message_not_a_traceback() -> None:
      "--op max takes int32, float32, not --dtype float16"),
     (["--algorithm", "ring", "--peers", "127.0.0.1,127.0.0.2", "--workers", "2", "--worker-id", "0", "--op", "min"],
      "--algorithm ring only sums"),
+    (["--workers", "2", "--worker-id", "0", "--collective", "broadcast", "--check"],
+     "--collective broadcast runs on inc only, without --check"),
+    (["--workers", "2", "--worker-id", "0", "--collective", "reduce", "--root", "2"], "--root must be a worker 0..1"),
 ])
 def test_impossible_combinations_are_one_line_usage_errors(args: list[str], message: str, tmp_path: Path) -> None:
     p = subprocess.run([sys.executable, "-m", "hosts.worker", "--job-id", "1", "--size", "4", *args],

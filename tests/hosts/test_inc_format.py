@@ -7,7 +7,7 @@ import pytest
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
-from hosts.inc import (AGG_IP, FLAG_OVERFLOW, FLAG_RESENT, HEADER_SIZE, INC_K, INC_PORT, OP_CONTRIB,
+from hosts.inc import (AGG_IP, COLL_BARRIER, COLL_BROADCAST, COLL_REDUCE, OP_ACK, OP_JOIN, FLAG_OVERFLOW, FLAG_RESENT, HEADER_SIZE, INC_K, INC_PORT, OP_CONTRIB,
                        OP_RESULT, PAYLOAD_SIZE, REDUCE_MAX, REDUCE_MIN, Inc, IncFormatError, IncHeader, pack, unpack)
 
 HEADERS = [
@@ -20,13 +20,21 @@ HEADERS = [
               reduce_op=REDUCE_MIN),
     IncHeader(opcode=OP_RESULT, job_id=2, worker_id=1, count=INC_K, slot=1, pool_version=0, seq=9,
               reduce_op=REDUCE_MAX),
+    IncHeader(opcode=OP_CONTRIB, job_id=3, worker_id=30, count=INC_K, slot=2, pool_version=1, seq=10,
+              collective=COLL_REDUCE, root=31),
+]
+HEADER_ONLY_HEADERS = [
+    IncHeader(opcode=OP_JOIN, job_id=4, worker_id=2, count=1, slot=5, pool_version=1, seq=77,
+              collective=COLL_BROADCAST, root=3),
+    IncHeader(opcode=OP_ACK, job_id=4, worker_id=2, count=1, slot=5, pool_version=0, seq=78, flags=FLAG_OVERFLOW,
+              need=-7, collective=COLL_BARRIER),
 ]
 
 
 def _scapy(h: IncHeader, elements: list[int]) -> Inc:
     return Inc(version=h.version, opcode=h.opcode, flags=h.flags, job_id=h.job_id, worker_id=h.worker_id,
                count=h.count, pool_version=h.pool_version, slot=h.slot, seq=h.seq, exponent=h.exponent,
-               need=h.need, reduce_op=h.reduce_op, elements=elements)
+               need=h.need, reduce_op=h.reduce_op, collective=h.collective, root=h.root, elements=elements)
 
 
 @pytest.mark.parametrize("header", HEADERS)
@@ -72,3 +80,23 @@ def test_more_than_k_elements_are_refused() -> None:
 def test_unpack_refuses_a_truncated_payload() -> None:
     with pytest.raises(IncFormatError):
         unpack(pack(HEADERS[0], np.ones(1, np.int32))[:-1])
+
+
+@pytest.mark.parametrize("header", HEADER_ONLY_HEADERS)
+def test_join_and_ack_are_the_header_alone_both_ways(header: IncHeader) -> None:
+    raw = pack(header, np.zeros(0, np.int32))
+    assert len(raw) == HEADER_SIZE and raw == bytes(_scapy(header, []))
+    assert raw[15] == (header.collective << 5) | header.root
+    got_header, got_elements = unpack(raw)
+    assert got_header == header and got_elements.size == 0
+    dissected = Inc(raw)
+    assert (dissected.collective, dissected.root, dissected.elements) == (header.collective, header.root, None)
+
+
+def test_a_join_with_elements_and_a_short_contribution_are_refused() -> None:
+    with pytest.raises(ValueError):
+        pack(HEADER_ONLY_HEADERS[0], np.ones(1, np.int32))
+    with pytest.raises(IncFormatError):
+        unpack(pack(HEADERS[0], np.ones(1, np.int32))[:HEADER_SIZE])
+    with pytest.raises(IncFormatError):
+        unpack(pack(HEADER_ONLY_HEADERS[0], np.zeros(0, np.int32))[:-1])

@@ -7,12 +7,13 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from hosts.inc import AGG_IP, INC_K, INC_PORT, INC_VERSION, OP_CONTRIB, POOL_SIZE
+from hosts.inc import (AGG_IP, COLL_ALLREDUCE, COLL_BARRIER, COLL_BROADCAST, COLL_REDUCE, HEADER_SIZE, INC_K,
+                       INC_PORT, INC_VERSION, OP_CONTRIB, OP_JOIN, POOL_SIZE, REDUCE_MAX, REDUCE_SUM)
 
 FORWARDED = "forwarded"       # ordinary traffic the switch forwards unchanged
 IN_SLOT = "in_slot"           # passed every check: contributions, duplicate, stale or resent
-INC_IPV4_LEN = 20 + 8 + 16 + 4 * INC_K
-INC_FRAME_LEN = 14 + INC_IPV4_LEN
+INC_IPV4_LEN = 20 + 8 + HEADER_SIZE + 4 * INC_K
+JOIN_IPV4_LEN = 20 + 8 + HEADER_SIZE
 _AGG_IP = bytes(int(b) for b in AGG_IP.split("."))
 _ARP_REQUEST = 1
 
@@ -42,11 +43,18 @@ def expected_counter(frame: bytes, port: int, admitted: Admitted) -> str:
     inc = frame[42:58]
     if inc[0] >> 4 != INC_VERSION:
         return "bad_version_drops"
-    if inc[0] & 0x0F != OP_CONTRIB or not 1 <= inc[5] <= INC_K:
+    opcode, reduce_op, collective, root = inc[0] & 0x0F, inc[14], inc[15] >> 5, inc[15] & 0x1F
+    if opcode not in (OP_CONTRIB, OP_JOIN) or not 1 <= inc[5] <= INC_K or reduce_op > REDUCE_MAX \
+            or collective > COLL_BARRIER:
         return "malformed_drops"
     job, worker, slot = struct.unpack_from("!H", inc, 2)[0], inc[4], struct.unpack_from("!H", inc, 6)[0] & 0x7FFF
+    sends_data = collective in (COLL_ALLREDUCE, COLL_REDUCE) or (collective == COLL_BROADCAST and worker == root)
+    if sends_data != (opcode == OP_CONTRIB) or (collective >= COLL_BROADCAST and reduce_op != REDUCE_SUM):
+        return "malformed_drops"
     if job not in admitted.jobs:
         return "unknown_job_drops"
+    if root >= len({w for j, w, _ in admitted.workers if j == job}):
+        return "malformed_drops"
     if (job, worker, port) not in admitted.workers:
         return "spoofed_worker_drops"
     slot_base, num_slots = admitted.jobs[job]
@@ -57,15 +65,18 @@ def expected_counter(frame: bytes, port: int, admitted: Admitted) -> str:
 
 def _whole_contribution(frame: bytes) -> bool:
     """IPv4 without options, good checksum, one unfragmented datagram to INC_PORT of exactly
-    one contribution's length, and all of it present."""
+    one contribution's length (a JOIN's: the INC header alone), and all of it present."""
     version_ihl, total_len, flags_frag, proto = frame[14], *struct.unpack_from("!HxxH", frame, 16), frame[23]
-    if version_ihl != 0x45 or proto != 17 or len(frame) < INC_FRAME_LEN:
+    if version_ihl != 0x45 or proto != 17 or len(frame) < 14 + JOIN_IPV4_LEN:
+        return False
+    ipv4_len = JOIN_IPV4_LEN if frame[42] & 0x0F == OP_JOIN else INC_IPV4_LEN
+    if len(frame) < 14 + ipv4_len:
         return False
     if not _ipv4_checksum_ok(frame[14:34]):
         return False
     dport, udp_len = struct.unpack_from("!xxHH", frame, 34)
     more_fragments, offset = flags_frag & 0x2000, flags_frag & 0x1FFF
-    return (dport == INC_PORT and total_len == INC_IPV4_LEN and udp_len == INC_IPV4_LEN - 20
+    return (dport == INC_PORT and total_len == ipv4_len and udp_len == ipv4_len - 20
             and not more_fragments and offset == 0)
 
 

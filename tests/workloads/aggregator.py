@@ -1,18 +1,20 @@
 """A stand-in for the switch on loopback UDP, for tests without root: it sums each chunk's
-int32 contributions from a job's workers (wrapping, as the switch's registers do), ORs the
-flags, takes the max need, and sends the result to every contributor from its own address;
-a contribution for a finished chunk gets the stored result again. No slots, no versions:
-chunks are keyed by seq, which is enough for workers that follow the protocol.
+int32 contributions from a job's workers (wrapping, as the switch's registers do; a JOIN
+adds zeros), ORs the flags, takes the max need, and sends the result to every contributor
+from its own address, or a header-only ACK where the collective says so (docs/protocol.md);
+a packet for a finished chunk gets its answer again. No slots, no versions: chunks are
+keyed by seq, which is enough for workers that follow the protocol.
 """
 from __future__ import annotations
 
 import socket
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from hosts.inc import OP_CONTRIB, OP_RESULT, IncFormatError, IncHeader, pack, unpack
+from hosts.inc import (COLL_BARRIER, COLL_REDUCE, INC_K, OP_ACK, OP_CONTRIB, OP_JOIN, OP_RESULT, IncFormatError,
+                       IncHeader, pack, pack_header, unpack)
 
 
 @dataclass
@@ -21,7 +23,7 @@ class _Round:
     flags: int = 0
     need: int = -128
     senders: dict[int, tuple[str, int]] = field(default_factory=dict)
-    result: bytes | None = None
+    result: IncHeader | None = None
 
 
 class LoopbackAggregator:
@@ -52,22 +54,29 @@ class LoopbackAggregator:
                 header, elements = unpack(data)
             except (TimeoutError, IncFormatError):
                 continue
-            if header.opcode != OP_CONTRIB or header.job_id != self.job_id:
+            if header.opcode not in (OP_CONTRIB, OP_JOIN) or header.job_id != self.job_id:
                 continue
-            r = self._rounds.setdefault(header.seq, _Round(np.zeros_like(elements)))
+            r = self._rounds.setdefault(header.seq, _Round(np.zeros(INC_K, np.int32)))
             if r.result is not None:
-                self.sock.sendto(r.result, sender)
+                self.sock.sendto(self._answer(r, header.worker_id), sender)
                 continue
             if header.worker_id in r.senders:
                 continue
             r.senders[header.worker_id] = sender
-            r.sums += elements
+            if header.opcode == OP_CONTRIB:
+                r.sums += elements
             r.flags |= header.flags
             r.need = max(r.need, header.need)
             if len(r.senders) == self.num_workers:
-                r.result = pack(IncHeader(OP_RESULT, self.job_id, 0, header.count, header.slot,
-                                          header.pool_version, header.seq, r.flags, header.exponent, r.need),
-                                r.sums)
+                r.result = replace(header, opcode=OP_RESULT, flags=r.flags, need=r.need)
                 self.results += 1
-                for address in r.senders.values():
-                    self.sock.sendto(r.result, address)
+                for worker, address in r.senders.items():
+                    self.sock.sendto(self._answer(r, worker), address)
+
+    @staticmethod
+    def _answer(r: _Round, worker: int) -> bytes:
+        """The round's result for `worker`: the data, or an ACK (Reduce's non-roots, Barrier)."""
+        header = replace(r.result, worker_id=worker)
+        if header.collective == COLL_BARRIER or (header.collective == COLL_REDUCE and worker != header.root):
+            return pack_header(replace(header, opcode=OP_ACK))
+        return pack(header, r.sums)

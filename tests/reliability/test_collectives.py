@@ -1,0 +1,228 @@
+"""Issue 12, item 1, in process: Reduce, ReduceScatter, Broadcast, AllGather and Barrier as
+the switch runs them (docs/protocol.md, "The other collectives"), 4 workers on an
+InProcessFabric with loss, duplication and reordering on every link, against numpy (float
+sums against float64 within the documented bound). Each worker's packets are recorded, to
+show that only the data's owners send data and that non-roots get ACKs, not data.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Callable
+
+import ml_dtypes
+import numpy as np
+import pytest
+from p4sim import Switch
+
+from hosts.agent import IncOverflowError, JobConfig, Worker
+from hosts.inc import (COLL_BROADCAST, COLL_REDUCE, HEADER_SIZE, INC_K, OP_ACK, OP_CONTRIB, OP_JOIN, OP_RESULT,
+                       PAYLOAD_SIZE, IncHeader, unpack_header)
+from hosts.inprocess import Faults, InProcessFabric
+from hosts.transport import Transport
+from tests.hosts.conftest import Job, host, install_forwarding, install_job
+from tests.hosts.documented import documented_bound
+
+N = 4
+LOSSY = Faults(loss=0.05, duplicate=0.05, reorder=0.1, max_delay=0.003, seed=12)
+FLOATS = [np.dtype(np.float32), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)]
+SUM_DTYPES = [np.dtype(np.int32), *FLOATS]
+NUMPY_OPS = {"sum": np.sum, "min": np.min, "max": np.max}
+CASES = [("sum", d) for d in SUM_DTYPES] + [(op, np.dtype(d)) for op in ("min", "max") for d in (np.int32, np.float32)]
+
+
+@dataclass
+class RecordingTransport:
+    """A Transport that keeps the header and size of every payload it sends and receives."""
+    inner: Transport
+    sent: list[tuple[IncHeader, int]] = field(default_factory=list)
+    received: list[tuple[IncHeader, int]] = field(default_factory=list)
+
+    def send(self, payload: bytes) -> None:
+        self.sent.append((unpack_header(payload), len(payload)))
+        self.inner.send(payload)
+
+    def recv(self, timeout: float) -> bytes | None:
+        data = self.inner.recv(timeout)
+        if data is not None:
+            self.received.append((unpack_header(data), len(data)))
+        return data
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def run(switch: Switch, body: Callable[[Worker], object], faults: Faults = LOSSY
+        ) -> tuple[list[object], list[RecordingTransport]]:
+    """body(worker) on each of N workers in its own thread; each worker's result (or the
+    IncOverflowError it raised) and its recorded transport."""
+    job = Job(job_id=1, hosts=tuple(host(i) for i in range(1, N + 1)), num_slots=8)
+    install_forwarding(switch, list(job.hosts))
+    install_job(switch, job)
+    with InProcessFabric(switch, list(job.hosts), faults) as fabric:
+        transports = [RecordingTransport(fabric.transport(w)) for w in range(N)]
+        workers = [Worker(JobConfig(job.job_id, w, N, window=8, timeout=0.05, give_up_after=30), transports[w])
+                   for w in range(N)]
+
+        def one(w: int) -> object:
+            try:
+                return body(workers[w])
+            except IncOverflowError as e:
+                return e
+
+        with ThreadPoolExecutor(N) as pool:
+            return list(pool.map(one, range(N))), transports
+
+
+def inputs_for(dtype: np.dtype, length: int, seed: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    if dtype == np.int32:
+        return [rng.integers(-2**20, 2**20, length, dtype=np.int32) for _ in range(N)]
+    return [(rng.standard_normal(length) * 100).astype(dtype) for _ in range(N)]
+
+
+def check_reduced(got: np.ndarray, inputs: list[np.ndarray], op: str, part: slice | None = None) -> None:
+    """`got` against numpy's reduction of `inputs` (restricted to `part`): exact for int32 and
+    for min and max, within docs/protocol.md's bound for float sums."""
+    dtype = inputs[0].dtype
+    assert got.dtype == dtype
+    if op != "sum" or dtype == np.int32:
+        expected = NUMPY_OPS[op](np.array(inputs), axis=0)
+        np.testing.assert_array_equal(got, expected[part] if part else expected)
+        return
+    exact = np.sum(np.array(inputs, np.float64), axis=0)
+    bound = documented_bound(inputs)
+    if part:
+        exact, bound = exact[part], bound[part]
+    assert np.all(np.abs(got.astype(np.float64) - exact) <= bound)
+
+
+def data_senders(transport: RecordingTransport) -> set[tuple[int, int]]:
+    """(collective, root) of every packet with data this worker sent."""
+    return {(h.collective, h.root) for h, size in transport.sent if size == PAYLOAD_SIZE and h.opcode == OP_CONTRIB}
+
+
+@pytest.mark.parametrize("op, dtype", CASES, ids=[f"{op}-{d}" for op, d in CASES])
+def test_reduce_scatter_gives_each_worker_its_part_and_only_its_part(switch: Switch, op: str,
+                                                                     dtype: np.dtype) -> None:
+    part = 2 * INC_K + 7                      # each part: 3 chunks, the last one short
+    inputs = inputs_for(dtype, N * part, seed=len(op) + dtype.itemsize)
+    results, transports = run(switch, lambda w: w.reduce_scatter(inputs[w.config.worker_id], op))
+    for w, (got, transport) in enumerate(zip(results, transports)):
+        assert got.shape == (part,)
+        # The bound is per chunk, and the chunks are the parts' own: check each part alone.
+        check_reduced(got, [x[w * part:(w + 1) * part] for x in inputs], op)
+        data = [h for h, size in transport.received if h.opcode == OP_RESULT]
+        assert data and all(h.root == w and h.collective == COLL_REDUCE for h in data)
+        assert any(h.opcode == OP_ACK for h, _ in transport.received)
+
+
+@pytest.mark.parametrize("op, dtype", CASES, ids=[f"{op}-{d}" for op, d in CASES])
+def test_reduce_returns_the_result_at_the_root_alone(switch: Switch, op: str, dtype: np.dtype) -> None:
+    root = 2
+    inputs = inputs_for(dtype, 3 * INC_K + 1, seed=7 + dtype.itemsize)
+    results, transports = run(switch, lambda w: w.reduce(inputs[w.config.worker_id], root, op))
+    for w, (got, transport) in enumerate(zip(results, transports)):
+        kinds = {h.opcode for h, _ in transport.received}
+        if w == root:
+            check_reduced(got, inputs, op)
+            assert OP_ACK not in kinds
+        else:
+            assert got is None
+            assert kinds == {OP_ACK} and all(size == HEADER_SIZE for _, size in transport.received)
+
+
+def test_reduce_scatter_overflow_is_reported_on_every_worker(switch: Switch) -> None:
+    inputs = [np.full(N * INC_K, 2**30, np.int32) for _ in range(N)]      # every part wraps
+    results, _ = run(switch, lambda w: w.reduce_scatter(inputs[w.config.worker_id]))
+    for got in results:
+        assert isinstance(got, IncOverflowError)
+
+
+def random_bits(rng: np.random.Generator, dtype: np.dtype, count: int) -> np.ndarray:
+    """`count` values of `dtype` with random bit patterns (NaNs and all)."""
+    return rng.integers(0, 256, count * dtype.itemsize, dtype=np.uint8).view(dtype)
+
+
+BIT_EXACT = [np.dtype(d) for d in (np.int32, np.float32, np.float16, ml_dtypes.bfloat16, np.float64, np.uint8)]
+
+
+@pytest.mark.parametrize("dtype", BIT_EXACT, ids=str)
+def test_broadcast_is_bit_for_bit_and_only_the_root_sends_data(switch: Switch, dtype: np.dtype) -> None:
+    root = 3
+    rng = np.random.default_rng(dtype.itemsize)
+    source = random_bits(rng, dtype, 5 * 41).reshape(5, 41)
+    inputs = [source if w == root else np.zeros_like(source) for w in range(N)]
+    results, transports = run(switch, lambda w: w.broadcast(inputs[w.config.worker_id], root))
+    for w, (got, transport) in enumerate(zip(results, transports)):
+        assert got.dtype == dtype and got.shape == source.shape
+        assert got.tobytes() == source.tobytes()
+        assert data_senders(transport) == ({(COLL_BROADCAST, root)} if w == root else set())
+        assert {h.opcode for h, _ in transport.sent} == ({OP_CONTRIB} if w == root else {OP_JOIN})
+
+
+@pytest.mark.parametrize("dtype", BIT_EXACT, ids=str)
+def test_all_gather_stacks_every_workers_array_bit_for_bit(switch: Switch, dtype: np.dtype) -> None:
+    rng = np.random.default_rng(10 + dtype.itemsize)
+    inputs = [random_bits(rng, dtype, 37) for _ in range(N)]
+    results, transports = run(switch, lambda w: w.all_gather(inputs[w.config.worker_id]))
+    for w, (got, transport) in enumerate(zip(results, transports)):
+        assert got.dtype == dtype and got.shape == (N, 37)
+        assert got.tobytes() == np.stack(inputs).tobytes()
+        assert data_senders(transport) == {(COLL_BROADCAST, w)}
+
+
+def test_barrier_returns_only_after_the_last_worker_arrived(switch: Switch) -> None:
+    arrived = threading.Event()
+
+    def body(worker: Worker) -> float:
+        if worker.config.worker_id == N - 1:
+            time.sleep(0.3)
+            arrived.set()
+        worker.barrier()
+        assert arrived.is_set()
+        worker.barrier()                 # and again: each barrier is its own round
+        return time.monotonic()
+
+    results, transports = run(switch, body)
+    assert all(isinstance(r, float) for r in results)
+    for transport in transports:
+        assert all(size == HEADER_SIZE for _, size in transport.sent + transport.received)
+
+
+def test_collectives_in_sequence_share_the_jobs_slots(switch: Switch) -> None:
+    """Every collective once, then an AllReduce: the seq, slot and version rules carry over."""
+    inputs = inputs_for(np.dtype(np.float32), N * 50, seed=3)
+
+    def body(w: Worker) -> list[object]:
+        me = w.config.worker_id
+        return [w.reduce_scatter(inputs[me]), w.all_gather(inputs[me][:10]), w.broadcast(inputs[me], 0),
+                w.reduce(inputs[me], 1, "max"), w.barrier(), w.allreduce(inputs[me])]
+
+    results, _ = run(switch, body)
+    for w, (scattered, gathered, broadcast, reduced, _, summed) in enumerate(results):
+        check_reduced(scattered, [x[w * 50:(w + 1) * 50] for x in inputs], "sum")
+        np.testing.assert_array_equal(gathered, np.stack([x[:10] for x in inputs]))
+        np.testing.assert_array_equal(broadcast, inputs[0])
+        if w == 1:
+            check_reduced(reduced, inputs, "max")
+        check_reduced(summed, inputs, "sum")
+
+
+def test_bad_arguments_are_refused_before_anything_is_sent(switch: Switch) -> None:
+    def body(w: Worker) -> list[str]:
+        errors = []
+        for call in (lambda: w.reduce_scatter(np.zeros(N + 1, np.float32)),
+                     lambda: w.reduce(np.zeros(3, np.float32), N),
+                     lambda: w.broadcast(np.zeros(3, np.float32), -1),
+                     lambda: w.reduce_scatter(np.zeros(N, np.float16), "min")):
+            with pytest.raises((ValueError, TypeError)) as e:
+                call()
+            errors.append(str(e.value))
+        return errors
+
+    results, transports = run(switch, body, Faults())
+    assert all(not t.sent for t in transports)
+    assert "divisible by 4" in results[0][0] and "root must be a worker 0..3" in results[0][1]
