@@ -10,8 +10,8 @@ means the ring under "auto".
 
 On "inc" every collective is the switch's own (hosts/agent.py, docs/protocol.md): the switch
 delivers reduce_scatter's parts to their owners alone, broadcast and all_gather carry only
-the owners' data, barrier is one header-only packet each. The ring backend builds them on
-its AllReduce: broadcast is an AllReduce where non-roots contribute zeros, all_gather an
+the owners' data, barrier is one header-only packet each. "auto" (hosts/fallback.py, whose
+mid-call redo on the ring is AllReduce-shaped) and the ring backend build them on AllReduce: broadcast is an AllReduce where non-roots contribute zeros, all_gather an
 AllReduce of each rank's array placed in its own disjoint slice, barrier a one-element
 AllReduce. Broadcast and all_gather travel as int32 bit patterns on both backends (on the
 ring x + 0 never overflows), so they are exact for any dtype.

@@ -37,6 +37,7 @@ class LoopbackAggregator:
         self.sock.settimeout(0.05)
         self.address = self.sock.getsockname()
         self.results = 0
+        self.joins = 0          # header-only JOINs received: the switch's own collectives in use
         self._rounds: dict[int, _Round] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="loopback-aggregator", daemon=True)
@@ -65,6 +66,8 @@ class LoopbackAggregator:
             r.senders[header.worker_id] = sender
             if header.opcode == OP_CONTRIB:
                 r.sums += elements
+            else:
+                self.joins += 1
             r.flags |= header.flags
             r.need = max(r.need, header.need)
             if len(r.senders) == self.num_workers:

@@ -58,7 +58,10 @@ def aggregator():
         agg.close()
 
 
-def test_collectives_over_the_switch_equal_numpy(aggregator):
+@pytest.mark.parametrize("backend", ["auto", "inc"])
+def test_collectives_over_the_switch_equal_numpy(aggregator, backend):
+    """"inc" runs the switch's own collectives (broadcast, all_gather and barrier send JOINs);
+    "auto" builds them on AllReduce, so that its fallback can redo any call on the ring."""
     rng = np.random.default_rng(5)
     floats = [rng.standard_normal(100).astype(np.float32) for _ in range(3)]
     ints = [rng.integers(-1000, 1000, 70, dtype=np.int32) for _ in range(3)]
@@ -70,7 +73,7 @@ def test_collectives_over_the_switch_equal_numpy(aggregator):
                 "bcast": g.broadcast(doubles[g.rank], src=1), "scatter": g.reduce_scatter(ints[g.rank][:69]),
                 "barrier": g.barrier()}
 
-    results = on_every_rank(3, Options(aggregator=aggregator.address, timeout=0.05), body)
+    results = on_every_rank(3, Options(aggregator=aggregator.address, timeout=0.05), body, backend)
     exact_ints = np.sum(ints, axis=0)
     for group, got in results:
         assert group.backend == "inc" and group.stats.fallbacks == 0
@@ -85,6 +88,7 @@ def test_collectives_over_the_switch_equal_numpy(aggregator):
         assert group.stats.calls == {"all_reduce": 3, "all_gather": 1, "broadcast": 1, "reduce_scatter": 1,
                                      "barrier": 1}
     assert aggregator.results > 0
+    assert (aggregator.joins > 0) == (backend == "inc")
 
 
 def test_auto_falls_back_to_the_ring_when_no_switch_answers(caplog):
