@@ -146,6 +146,17 @@ def random_bits(rng: np.random.Generator, dtype: np.dtype, count: int) -> np.nda
     return rng.integers(0, 256, count * dtype.itemsize, dtype=np.uint8).view(dtype)
 
 
+def test_a_float_part_beyond_range_raises_at_its_owner_alone(switch: Switch) -> None:
+    """Each input fits float32, worker 1's part of the sum does not: only worker 1 has that data."""
+    inputs = [np.ones(N * INC_K, np.float32) for _ in range(N)]
+    for x in inputs:
+        x[INC_K:2 * INC_K] = 1.0e38
+    results, _ = run(switch, lambda w: w.reduce_scatter(inputs[w.config.worker_id]))
+    assert isinstance(results[1], IncOverflowError) and "float32's range" in str(results[1])
+    for w in (0, 2, 3):
+        np.testing.assert_array_equal(results[w], np.full(INC_K, N, np.float32))
+
+
 BIT_EXACT = [np.dtype(d) for d in (np.int32, np.float32, np.float16, ml_dtypes.bfloat16, np.float64, np.uint8)]
 
 
