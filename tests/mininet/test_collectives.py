@@ -16,11 +16,11 @@ LOSS = Impairment(loss_pct=5)
 PART = 3 * K + 5           # elements of each worker's part in ReduceScatter
 
 
-def tensors(dtype: str, length: int, seed: int) -> list[np.ndarray]:
+def tensors(dtype: str, length: int, seed: int, n: int = 4) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
     if dtype == "int32":
-        return [rng.integers(-2**24, 2**24, length, dtype=np.int32) for _ in range(4)]
-    return [(rng.standard_normal(length) * 10).astype(dtype) for _ in range(4)]
+        return [rng.integers(-2**24, 2**24, length, dtype=np.int32) for _ in range(n)]
+    return [(rng.standard_normal(length) * 10).astype(dtype) for _ in range(n)]
 
 
 def assert_reduced(got: np.ndarray, inputs: list[np.ndarray], op: str) -> None:
