@@ -1,5 +1,5 @@
-"""Issue 12, items 3 and 5, in Mininet (root): `python -m controller pool` sets up a p4sim star
-of 6 hosts with no jobs of its own and serves the slot pool on a Unix socket; jobs run
+"""Issue 12, items 3 and 5, in Mininet (root): `python -m controller pool` sets up a star of 6
+hosts (p4sim; BMv2 too where installed) with no jobs of its own and serves the slot pool on a Unix socket; jobs run
 `python -m hosts.dist_worker` in their hosts (backend auto, slots from the pool). Three
 concurrent jobs on a pool that fits two: the third is refused and runs on the ring. A switch
 killed mid-call: the job finishes on the ring. Every result equals numpy's sum exactly.
@@ -36,6 +36,8 @@ log = logging.getLogger(__name__)
 WINDOW = 16
 POOL_SLOTS = 2 * WINDOW          # room for two jobs
 HANG_GUARD_S = 600.0
+# The same tests on BMv2 where it is installed (skipped with the reason otherwise).
+TARGETS = ["p4sim", pytest.param("bmv2", marks=pytest.mark.bmv2)]
 
 
 @dataclass
@@ -98,12 +100,14 @@ class PoolStar:
 
 
 @pytest.fixture
-def pool_star(tmp_path: Path) -> Iterator[PoolStar]:
-    """Per test: the switch-kill test leaves a new switch process, stopped with its fabric."""
+def pool_star(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[PoolStar]:
+    """Per test, on the target `request.param`: the switch-kill test leaves a new switch
+    process, stopped with its fabric."""
+    target = request.param
     program_dir = tmp_path / "program"
-    compile_program("p4sim", DEFAULT_PROGRAM, program_dir)
+    compile_program(target, DEFAULT_PROGRAM, program_dir)
     topo = dataclasses.replace(star(6, grpc_port=free_port(), thrift_port=free_port()), jobs=[])
-    fabric = Fabric(topo, FabricOptions(target="p4sim", build_dir=tmp_path / "fabric"))
+    fabric = Fabric(topo, FabricOptions(target=target, build_dir=tmp_path / "fabric"))
     controller = None
     try:
         fabric.start()
@@ -113,7 +117,7 @@ def pool_star(tmp_path: Path) -> Iterator[PoolStar]:
         with net.controller_log.open("wb") as log_file:
             controller = subprocess.Popen(
                 [sys.executable, "-m", "controller", "pool", "--topo", str(fabric.options.topology_path),
-                 "--target", "p4sim", "--build-dir", str(program_dir), "--program", "allreduce",
+                 "--target", target, "--build-dir", str(program_dir), "--program", "allreduce",
                  "--listen", net.address, "--slots", str(POOL_SLOTS), "--poll", "0.2"],
                 cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=log_file)
         net.wait_for_log("serving the slot pool at")
@@ -137,6 +141,7 @@ def assert_exact(results: list[list], calls: list[list[np.ndarray]]) -> None:
             np.testing.assert_array_equal(per_rank[c], np.sum(call, axis=0, dtype=np.int32))
 
 
+@pytest.mark.parametrize("pool_star", TARGETS, indirect=True)
 def test_three_jobs_on_a_pool_for_two_the_third_runs_on_the_ring_and_all_are_exact(pool_star: PoolStar) -> None:
     length, n_calls = 100_000, 3
     jobs = {"a": ["h1", "h2"], "b": ["h3", "h4"], "c": ["h5", "h6"]}
@@ -165,6 +170,7 @@ def test_three_jobs_on_a_pool_for_two_the_third_runs_on_the_ring_and_all_are_exa
     assert added == 2 * 2 * (n_calls * -(-length // INC_K) + 2)
 
 
+@pytest.mark.parametrize("pool_star", TARGETS, indirect=True)
 def test_switch_killed_mid_call_the_job_finishes_on_the_ring_with_the_exact_sum(pool_star: PoolStar) -> None:
     length, n_calls, ranks = 300_000, 2, 4
     calls = int_calls(7, ranks, length, n_calls)
