@@ -15,7 +15,7 @@ from scapy.layers.l2 import Ether
 from controller.control import read_counters
 from controller.fabric import setup_switch
 from controller.switch import Pipeline, Switch
-from hosts.inc import AGG_IP, INC_PORT, OP_RESULT, Inc
+from hosts.inc import AGG_IP, COLL_BARRIER, COLL_BROADCAST, COLL_REDUCE, INC_PORT, OP_ACK, OP_JOIN, OP_RESULT, Inc
 from p4sim import Program
 from p4sim import Switch as P4simSwitch
 from p4sim.runtime.p4runtime import P4RuntimeService, serve
@@ -106,6 +106,37 @@ def test_contributions_from_both_leaves_are_summed_at_the_spine_and_sent_to_ever
         assert pkt[Inc].opcode == OP_RESULT
         assert pkt[Inc].elements == total.tolist()
         assert pkt[Inc].worker_id == workers.index(host)
+
+
+def test_reduce_broadcast_and_barrier_cross_the_leaves_as_joins_and_acks(fabric):
+    """The spine runs the other collectives; leaves pass header-only JOINs up and ACKs down."""
+    topo = fabric.topo
+    workers = list(topo.jobs[0].workers)
+    n, root = len(workers), len(workers) - 1            # the root sits under the other leaf than worker 0
+    data = np.arange(32, dtype=np.int32) - 7
+
+    def send_all(make: Callable[[int], Inc]) -> dict[str, Inc]:
+        arrived = []
+        for w, host in enumerate(workers):
+            h = topo.hosts[host]
+            arrived = fabric.send(host, bytes(Ether(src=h.mac, dst=GATEWAY_MAC) / IP(src=h.address, dst=AGG_IP)
+                                              / UDP(sport=INC_PORT, dport=INC_PORT) / make(w)))
+            assert w == n - 1 or arrived == []
+        assert sorted(host for host, _ in arrived) == sorted(workers)
+        return {host: Ether(frame)[Inc] for host, frame in arrived}
+
+    reduced = send_all(lambda w: Inc(job_id=1, worker_id=w, seq=0, collective=COLL_REDUCE, root=root,
+                                     elements=(data * (w + 1)).tolist()))
+    broadcast = send_all(lambda w: Inc(job_id=1, worker_id=w, seq=1, slot=1, collective=COLL_BROADCAST, root=root,
+                                       **({"elements": data.tolist()} if w == root else {"opcode": OP_JOIN})))
+    barrier = send_all(lambda w: Inc(job_id=1, worker_id=w, seq=2, slot=2, opcode=OP_JOIN, collective=COLL_BARRIER))
+    for w, host in enumerate(workers):
+        if w == root:
+            assert reduced[host].opcode == OP_RESULT and reduced[host].elements == (data * 10).tolist()
+        else:
+            assert reduced[host].opcode == OP_ACK and reduced[host].elements is None
+        assert broadcast[host].opcode == OP_RESULT and broadcast[host].elements == data.tolist()
+        assert barrier[host].opcode == OP_ACK and barrier[host].elements is None
 
 
 def test_routed_ipv4_crosses_leaf_spine_leaf_to_the_right_host(fabric):
