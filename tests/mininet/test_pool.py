@@ -1,8 +1,9 @@
 """Issue 12, items 3 and 5, in Mininet (root): `python -m controller pool` sets up a star of 6
-hosts (p4sim; BMv2 too where installed) with no jobs of its own and serves the slot pool on a Unix socket; jobs run
-`python -m hosts.dist_worker` in their hosts (backend auto, slots from the pool). Three
-concurrent jobs on a pool that fits two: the third is refused and runs on the ring. A switch
-killed mid-call: the job finishes on the ring. Every result equals numpy's sum exactly.
+hosts (p4sim; BMv2 too where installed) with no jobs of its own and serves the slot pool on a
+Unix socket; jobs run `python -m hosts.dist_worker` in their hosts (backend auto, slots from
+the pool). Three concurrent jobs on a pool that fits two: the third is refused and runs on the
+ring. A switch killed mid-call: the job finishes on the ring. Every result equals numpy's sum
+exactly.
 """
 from __future__ import annotations
 

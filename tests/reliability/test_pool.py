@@ -91,7 +91,8 @@ def test_grant_installs_the_job_over_p4runtime_and_release_removes_it(
         assert (a.switch, a.slot_base, b.slot_base) == ("s1", 64, 80)
         assert job_ids(controlled) == {a.job_id, b.job_id}
         (entry,) = [e for e in read_table_entries(controlled, INC_JOB) if e.match["hdr.inc.job_id"] == a.job_id]
-        assert entry.action_params == {"num_workers": 2, "mcast_grp": a.job.mcast_group, "slot_base": 64, "num_slots": 16}
+        assert entry.action_params == {"num_workers": 2, "mcast_grp": a.job.mcast_group, "slot_base": 64,
+                                       "num_slots": 16}
         addrs = [e for e in read_table_entries(controlled, "MyEgress.inc_worker_addr")
                  if e.match["hdr.inc.job_id"] == a.job_id]
         assert sorted(e.action_params["udp_port"] for e in addrs) == [40000, INC_PORT]
