@@ -18,7 +18,7 @@ from typing import Iterator
 import numpy as np
 import pytest
 
-from controller.allreduce import INC_JOB, install_forwarding
+from controller.allreduce import INC_JOB, install_forwarding, place_job
 from controller.control import push_pipeline, read_multicast_groups, read_table_entries
 from controller.pool import CANNOT_AGGREGATE, NO_ROOM, JobPool, PoolRefused, PoolServer, SlotPool
 from controller.switch import Pipeline, Switch
@@ -35,7 +35,7 @@ from tests.hosts.conftest import host
 from tests.hosts.conftest import install_forwarding as install_forwarding_direct
 from tests.reliability.conftest import HANG_GUARD_S, HookedTransport, InProcessP4sim
 from tests.workloads.test_dist import free_port, on_every_rank
-from topologies.spec import Endpoint, HostSpec, LinkSpec, Topology, star
+from topologies.spec import Endpoint, HostSpec, LinkSpec, Topology, leaf_spine, star
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +56,16 @@ def test_slot_pool_allocates_first_fit_and_refuses_when_full() -> None:
     assert pool.allocate(3, 4) == 100          # the first hole that fits
     pool.release(2)
     assert pool.allocate(4, 28) == 104 and pool.free == 0
+
+
+def test_placement_on_a_leaf_spine_uses_only_the_pools_switches() -> None:
+    """Workers on two leaves: the spine aggregates and both leaves forward to it (port 3, their
+    uplink); without the spine in the pool nothing can; workers on one leaf: that leaf alone."""
+    topo = leaf_spine(2, 1, 2)
+    assert place_job(topo, ["h1", "h3"], {"s1", "s2", "s3"}) == ("s3", {"s1": 3, "s2": 3})
+    assert place_job(topo, ["h1", "h3"], {"s1", "s2"}) is None
+    assert place_job(topo, ["h1", "h3"], {"s1", "s3"}) is None          # s2 would have to forward
+    assert place_job(topo, ["h1", "h2"], {"s1", "s2", "s3"}) == ("s1", {})
 
 
 def pool_topology(n_hosts: int, grpc_port: int) -> Topology:
