@@ -8,10 +8,11 @@ With P4INC_POOL set, rank 0 first asks the controller's slot pool for the job's 
 (hosts/pool.py); a refusal (pool full, no switch can aggregate for these hosts, no service)
 means the ring under "auto".
 
-On "inc" every collective is the switch's own (hosts/agent.py, docs/protocol.md): the switch
-delivers reduce_scatter's parts to their owners alone, broadcast and all_gather carry only
-the owners' data, barrier is one header-only packet each. "auto" (hosts/fallback.py, whose
-mid-call redo on the ring is AllReduce-shaped) and the ring backend build them on AllReduce: broadcast is an AllReduce where non-roots contribute zeros, all_gather an
+On "inc", and on "auto" while the switch answers, every collective is the switch's own
+(hosts/agent.py, docs/protocol.md): the switch delivers reduce_scatter's parts to their
+owners alone, broadcast and all_gather carry only the owners' data, barrier is one
+header-only packet each. The ring (and "auto" to redo a call the switch did not finish,
+hosts/fallback.py) builds them on its AllReduce: broadcast is an AllReduce where non-roots contribute zeros, all_gather an
 AllReduce of each rank's array placed in its own disjoint slice, barrier a one-element
 AllReduce. Broadcast and all_gather travel as int32 bit patterns on both backends (on the
 ring x + 0 never overflows), so they are exact for any dtype.
@@ -29,19 +30,21 @@ import os
 import socket
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, TypeVar
 
 import numpy as np
 
 from hosts import numerics
 from hosts.agent import IncError, IncTimeoutError, JobConfig, Worker
-from hosts.fallback import FallbackAllReduce, FallbackEvent
+from hosts.fallback import FallbackAllReduce, FallbackEvent, ring_reduce
 from hosts.inc import AGG_IP, INC_PORT
 from hosts.pool import Lease, PoolRefused, request_slots
 from hosts.ring import RingConfig, RingWorker
 from hosts.transport import UdpPeerTransport, UdpTransport
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 BACKENDS = ("auto", "inc", "ring")
 DEFAULT_JOB_ID = 1
@@ -176,14 +179,15 @@ class ProcessGroup:
         """Every rank's `array` (same shape and dtype on all ranks), in rank order, bit for bit."""
         array = np.ascontiguousarray(array)
         start = time.perf_counter()
-        if isinstance(self._agent, Worker):
-            result = list(self._agent.all_gather(array))
-        else:
-            words = numerics.as_words(array)
-            placed = np.zeros((self.world_size, words.size), np.int32)
-            placed[self.rank] = words
-            gathered = self._agent.allreduce(placed.ravel()).reshape(self.world_size, -1)
-            result = [numerics.from_words(row, array) for row in gathered]
+        words = numerics.as_words(array)
+        placed = np.zeros((self.world_size, words.size), np.int32)
+        placed[self.rank] = words
+
+        def on_ring(ring: RingWorker) -> list[np.ndarray]:
+            gathered = ring.allreduce(placed.ravel()).reshape(self.world_size, -1)
+            return [numerics.from_words(row, array) for row in gathered]
+
+        result = self._collective(lambda inc: list(inc.all_gather(array)), on_ring)
         self.stats.add("all_gather", time.perf_counter() - start)
         return result
 
@@ -194,10 +198,10 @@ class ProcessGroup:
             raise ValueError(f"reduce_scatter needs a length divisible by {self.world_size}, not {len(array)}")
         part = len(array) // self.world_size
         start = time.perf_counter()
-        if isinstance(self._agent, Worker):
-            result = self._average(self._agent.reduce_scatter(array), ReduceOp(op))
-        else:
-            result = self._reduce(array, ReduceOp(op))[self.rank * part:(self.rank + 1) * part]
+        mine = array.copy()
+        result = self._average(self._collective(
+            lambda inc: inc.reduce_scatter(array),
+            lambda ring: ring_reduce(ring, mine, "sum")[self.rank * part:(self.rank + 1) * part]), ReduceOp(op))
         self.stats.add("reduce_scatter", time.perf_counter() - start)
         return result
 
@@ -207,22 +211,17 @@ class ProcessGroup:
             raise ValueError(f"src must be a rank in 0..{self.world_size - 1}, not {src}")
         source = np.ascontiguousarray(array)
         start = time.perf_counter()
-        if isinstance(self._agent, Worker):
-            result = self._agent.broadcast(source, src)
-        else:
-            words = numerics.as_words(source)
-            words = words if self.rank == src else np.zeros_like(words)
-            result = numerics.from_words(self._agent.allreduce(words), source)
+        words = numerics.as_words(source)
+        words = words if self.rank == src else np.zeros_like(words)
+        result = self._collective(lambda inc: inc.broadcast(source, src),
+                                  lambda ring: numerics.from_words(ring.allreduce(words), source))
         self.stats.add("broadcast", time.perf_counter() - start)
         return result
 
     def barrier(self) -> None:
         """Returns once every rank has called it: the switch's barrier, or a one-element AllReduce."""
         start = time.perf_counter()
-        if isinstance(self._agent, Worker):
-            self._agent.barrier()
-        else:
-            self._agent.allreduce(np.zeros(1, np.int32))
+        self._collective(lambda inc: inc.barrier(), lambda ring: ring.allreduce(np.zeros(1, np.int32)))
         self.stats.add("barrier", time.perf_counter() - start)
 
     def close(self) -> None:
@@ -235,6 +234,15 @@ class ProcessGroup:
     def _fell_back(self, _event: FallbackEvent) -> None:
         self.stats.fallbacks += 1
         self.stats.backend = "ring"
+
+    def _collective(self, on_switch: Callable[[Worker], T], on_ring: Callable[[RingWorker], T]) -> T:
+        """The switch's own collective on inc, the ring's way on the ring, and under auto the
+        switch's with the ring's to finish a call the switch did not (hosts/fallback.py)."""
+        if isinstance(self._agent, Worker):
+            return on_switch(self._agent)
+        if isinstance(self._agent, FallbackAllReduce):
+            return self._agent.run(on_switch, on_ring)
+        return on_ring(self._agent)
 
     def _reduce(self, array: np.ndarray, op: ReduceOp) -> np.ndarray:
         return self._average(self._agent.allreduce(array), op)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, TypeVar
 
 import numpy as np
 
@@ -19,6 +19,8 @@ from hosts.ring import RingConfig, RingWorker
 from hosts.transport import PeerTransport
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -31,8 +33,9 @@ class FallbackEvent:
 @dataclass
 class FallbackAllReduce:
     """`allreduce(array, op)` through `inc` (None: on the ring from the start) with the ring
-    over `ring_transport` as the way out. Every rank of the job must wrap its worker alike and
-    make the same calls. `on_fallback` hears of each fallback (also kept in `events`)."""
+    over `ring_transport` as the way out; `run` does the same for any collective. Every rank of
+    the job must wrap its worker alike and make the same calls. `on_fallback` hears of each
+    fallback (also kept in `events`)."""
     inc: Worker | None
     ring_config: RingConfig
     ring_transport: PeerTransport
@@ -40,7 +43,7 @@ class FallbackAllReduce:
     events: list[FallbackEvent] = field(default_factory=list)
     calls: int = 0
     ring: RingWorker | None = field(default=None, repr=False)
-    _previous: tuple[np.ndarray, str] | None = field(default=None, repr=False)   # last call's input and op
+    _previous: Callable[[RingWorker], object] | None = field(default=None, repr=False)   # last call, on the ring
 
     @property
     def on_ring(self) -> bool:
@@ -49,18 +52,24 @@ class FallbackAllReduce:
     def allreduce(self, array: np.ndarray, op: str = "sum") -> np.ndarray:
         array = np.asarray(array)
         numerics.reduce_op(op, array.dtype)          # the same TypeError/ValueError on either path
+        mine = array if self.inc is None else array.copy()   # the caller may overwrite it; a redo needs it
+        return self.run(lambda inc: inc.allreduce(array, op), lambda ring: ring_reduce(ring, mine, op))
+
+    def run(self, on_switch: Callable[[Worker], T], on_ring: Callable[[RingWorker], T]) -> T:
+        """One call of a collective: `on_switch` through the switch while it answers, else
+        `on_ring`, also to redo this call (now, or with the next call for a rank left behind),
+        so `on_ring` must keep its own copy of what the caller may change after the call."""
         call = self.calls
         self.calls += 1
         if self.inc is not None:
-            mine = array.copy()          # the caller may overwrite it with the result; a redo needs it
             try:
-                result = self.inc.allreduce(array, op)
+                result = on_switch(self.inc)
             except IncTimeoutError as e:
                 self._give_up_switch(call, f"the switch stopped answering mid-call: {e}")
-                return self._redo(call, mine, op)
-            self._previous = (mine, op)
+                return self._redo(call, on_ring)
+            self._previous = on_ring
             return result
-        return ring_reduce(self._ring(), array, op)
+        return on_ring(self._ring())
 
     def fall_back(self, reason: str) -> None:
         """Use the ring from the first call on (before any call: no rank has used the switch)."""
@@ -101,7 +110,7 @@ class FallbackAllReduce:
             self.ring = RingWorker(self.ring_config, self.ring_transport)
         return self.ring
 
-    def _redo(self, call: int, array: np.ndarray, op: str) -> np.ndarray:
+    def _redo(self, call: int, on_ring: Callable[[RingWorker], T]) -> T:
         """Agree with the other ranks on the first call someone has no result for, redo from
         there on the ring. A call completes through the switch only once every rank has sent
         all of it, so ranks are at most one call apart: `call` or `call - 1`."""
@@ -117,9 +126,9 @@ class FallbackAllReduce:
         if call > first:
             log.info("job %d rank %d: redoing call %d on the ring with the ranks still in it",
                      self.ring_config.job_id, self.ring_config.rank, first)
-            ring_reduce(ring, *self._previous)      # this rank has its result already
+            self._previous(ring)      # this rank has its result already
         self._previous = None
-        return ring_reduce(ring, array, op)
+        return on_ring(ring)
 
 
 def ring_reduce(ring: RingWorker, array: np.ndarray, op: str) -> np.ndarray:

@@ -70,3 +70,37 @@ def test_dist_worker_cli_runs_a_rank_and_reports_bad_input_in_one_line(tmp_path)
                              text=True, timeout=120)
     assert missing.returncode == 1 and missing.stderr.strip().splitlines()[-1].startswith("error: rank 0:")
     assert "Traceback" not in missing.stderr
+
+
+def test_auto_redoes_the_switchs_own_collectives_on_the_ring_when_the_switch_goes_away():
+    """The first calls run through the switch's collectives (JOINs seen); the switch goes; each
+    kind of call then times out once or runs on the ring, bit for bit or exact all the same."""
+    aggregator = LoopbackAggregator(job_id=1, num_workers=2)
+    rng = np.random.default_rng(5)
+    ints = [rng.integers(-2**20, 2**20, 70, dtype=np.int32) for _ in range(2)]
+    doubles = [rng.standard_normal((3, 4)) for _ in range(2)]
+    between = threading.Barrier(2)
+
+    def calls(g: ProcessGroup) -> list:
+        return [g.all_gather(doubles[g.rank]), g.broadcast(doubles[g.rank], src=1), g.reduce_scatter(ints[g.rank]),
+                g.barrier()]
+
+    def body(g: ProcessGroup) -> list:
+        first = calls(g)
+        if between.wait() == 0:
+            aggregator.close()
+        between.wait()
+        return [first, calls(g)]
+
+    try:
+        results = on_every_rank(2, Options(aggregator=aggregator.address, timeout=0.05, give_up_after=0.5), body)
+    finally:
+        if not aggregator._stop.is_set():
+            aggregator.close()
+    assert aggregator.joins > 0
+    for group, rounds in results:
+        assert group.backend == "ring" and group.stats.fallbacks == 1
+        for gathered, broadcast, scattered, _ in rounds:
+            assert all(np.array_equal(mine, theirs) for mine, theirs in zip(gathered, doubles))
+            assert np.array_equal(broadcast, doubles[1])
+            np.testing.assert_array_equal(scattered, np.sum(ints, axis=0)[group.rank * 35:(group.rank + 1) * 35])
