@@ -1,4 +1,5 @@
-"""Plots of measured and modelled AllReduce completion times and INC speedups, as PNG."""
+"""Plots of measured and modelled AllReduce completion times and INC speedups, and of the
+other collectives against their ring baselines, as PNG."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -92,6 +93,39 @@ def fabric_speedups(fabric: Fabric, workers: list[int], sizes: np.ndarray, title
            ylabel="predicted speedup of INC", title=title)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
+    fig.tight_layout()
+    fig.savefig(out)
+    plt.close(fig)
+
+
+def collective_times(runs: list[dict], out: Path) -> None:
+    """bench.collectives' runs: one panel per collective, switch and ring medians (bars: 25th
+    percentile to p99) vs buffer size; Barrier, which has no size, as two bars."""
+    collectives = list(dict.fromkeys(r["collective"] for r in runs))
+    fig, axes = plt.subplots(1, len(collectives), figsize=(4.2 * len(collectives), 4), squeeze=False)
+    n = runs[0]["workers"]
+    for ax, collective in zip(axes[0], collectives):
+        for i, alg in enumerate(("inc", "ring")):
+            pts = sorted((r for r in runs if r["collective"] == collective and r["algorithm"] == alg),
+                         key=lambda r: r["bytes"])
+            if not pts:
+                continue
+            q = np.array([np.percentile(r["times_s"], [25, 50, 99]) for r in pts])
+            err = [q[:, 1] - q[:, 0], q[:, 2] - q[:, 1]]
+            label = "switch" if alg == "inc" else "ring baseline"
+            if collective == "barrier":
+                ax.bar([i], q[:, 1], yerr=err, capsize=3, color=COLOURS[alg], label=label)
+            else:
+                ax.errorbar([r["bytes"] for r in pts], q[:, 1], yerr=err, fmt="o-", capsize=2,
+                            color=COLOURS[alg], label=label)
+        if collective == "barrier":
+            ax.set(xticks=[0, 1], xticklabels=["switch", "ring"], ylabel="time (s)")
+        else:
+            ax.set(xscale="log", yscale="log", xlabel="buffer size (bytes)", ylabel="time (s)")
+        ax.set_title(f"{collective}, N = {n}")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize="small")
+    fig.suptitle("Collectives in the switch vs host ring baselines (median; bars 25th pct to p99)")
     fig.tight_layout()
     fig.savefig(out)
     plt.close(fig)

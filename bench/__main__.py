@@ -90,10 +90,11 @@ class Trials:
         self.logs[proc.pid] = log_path
         return proc
 
-    def run(self, algorithm: str, nbytes: int, seed: int) -> tuple[float, list[dict]]:
-        """One AllReduce on every host: the earliest start to the latest end in seconds, and the replies."""
-        line = json.dumps({"algorithm": algorithm, "bytes": nbytes, "dtype": self.plan.dtype,
-                           "seed": seed}) + "\n"
+    def run(self, algorithm: str, nbytes: int, seed: int, collective: str = "allreduce") -> tuple[float, list[dict]]:
+        """One collective (bench.calls) on every host: the earliest start to the latest end in
+        seconds, and the replies."""
+        line = json.dumps({"algorithm": algorithm, "collective": collective, "bytes": nbytes,
+                           "dtype": self.plan.dtype, "seed": seed}) + "\n"
         procs = self.mpi if algorithm == "mpi" else self.procs
         for proc in procs:
             try:
@@ -104,7 +105,7 @@ class Trials:
         replies = [self._reply(proc) for proc in procs]
         bad = [r["error"] for r in replies if not r["ok"]]
         if bad:
-            raise BenchError(f"{algorithm} AllReduce of {nbytes} B failed: {bad[0]}")
+            raise BenchError(f"{algorithm} {collective} of {nbytes} B failed: {bad[0]}")
         return max(r["end"] for r in replies) - min(r["start"] for r in replies), replies
 
     def close(self) -> None:
@@ -202,6 +203,24 @@ def _sizes(text: str) -> list[int]:
     return sizes
 
 
+def add_trial_options(ap: argparse.ArgumentParser) -> None:
+    """The options of how a trial runs, shared with bench.collectives."""
+    ap.add_argument("--dtype", choices=("float32", "int32"), default="float32")
+    ap.add_argument("--window", type=int, default=16, help="slots (INC) / unacked chunks (ring) in flight")
+    ap.add_argument("--timeout", type=float, default=0.05, help="retransmission timeout, seconds")
+    ap.add_argument("--trial-timeout", type=float, default=600.0,
+                    help="give up on a trial after this many seconds")
+    ap.add_argument("--target", choices=("p4sim", "bmv2"), default=os.environ.get("TARGET", "p4sim"))
+
+
+def check_trial_options(ap: argparse.ArgumentParser, args: argparse.Namespace, workers: list[int]) -> None:
+    """Worker counts, repetitions and add_trial_options' values, or argparse's one-line error."""
+    if any(not 2 <= n <= 8 for n in workers) or args.reps < 1 or args.reps_large < 1:
+        ap.error("--workers must be 2..8 and --reps and --reps-large at least 1")
+    if not 1 <= args.window < 1 << 15 or args.timeout <= 0 or args.trial_timeout <= 0:
+        ap.error("--window must be 1..32767 and --timeout and --trial-timeout positive")
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="python -m bench",
@@ -220,12 +239,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help=f"repetitions per algorithm and size above {SMALL_BYTES // 1024} KiB (default 3)")
     ap.add_argument("--algorithms", nargs="+", choices=ALGORITHMS, default=list(ALGORITHMS),
                     help="what to measure (default all: inc ring mpi)")
-    ap.add_argument("--dtype", choices=("float32", "int32"), default="float32")
-    ap.add_argument("--window", type=int, default=16, help="slots (INC) / unacked chunks (ring) in flight")
-    ap.add_argument("--timeout", type=float, default=0.05, help="retransmission timeout, seconds")
-    ap.add_argument("--trial-timeout", type=float, default=600.0,
-                    help="give up on a trial after this many seconds")
-    ap.add_argument("--target", choices=("p4sim", "bmv2"), default=os.environ.get("TARGET", "p4sim"))
+    add_trial_options(ap)
     ap.add_argument("--budget", action="store_true",
                     help="instead: time --reps INC calls of the first --sizes (default 256 B) per worker "
                          "count and print where each call's time goes (a Markdown table; JSON to -o)")
@@ -237,10 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     ap = build_parser()
     args = ap.parse_args(argv)
-    if any(not 2 <= n <= 8 for n in args.workers) or args.reps < 1 or args.reps_large < 1:
-        ap.error("--workers must be 2..8 and --reps and --reps-large at least 1")
-    if not 1 <= args.window < 1 << 15 or args.timeout <= 0 or args.trial_timeout <= 0:
-        ap.error("--window must be 1..32767 and --timeout and --trial-timeout positive")
+    check_trial_options(ap, args, args.workers)
     if args.budget:
         args.algorithms = ["inc"]
     args.sizes = args.sizes or ([256] if args.budget else DEFAULT_SIZES)

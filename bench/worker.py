@@ -1,6 +1,6 @@
-"""One host's side of the AllReduce benchmark: runs in a Mininet host, keeps an INC worker
-and a ring worker open, and runs the trials the coordinator writes on stdin (JSON lines),
-answering each with its start and end times and whether the sum was right.
+"""One host's side of the AllReduce and collectives benchmarks: runs in a Mininet host, keeps
+an INC worker and a ring worker open, and runs the trials the coordinator writes on stdin
+(JSON lines), answering each with its start and end times and whether the result was right.
 
 Times are CLOCK_MONOTONIC, which every network namespace of the machine shares, so the
 coordinator can take the earliest start and the latest end across hosts.
@@ -20,26 +20,29 @@ from hosts.agent import IncError, JobConfig, Worker
 from hosts.inc import RING_PORT
 from hosts.ring import RingConfig, RingWorker
 from hosts.transport import UdpPeerTransport, UdpTransport
-from hosts.worker import check_generated, generated_tensor
+from hosts.worker import check_generated
+
+from bench import calls
 
 log = logging.getLogger("bench.worker")
 
 
 def run_trial(trial: dict, rank: int, workers: int, inc: Worker, ring: RingWorker) -> dict:
-    """Barrier, then one timed AllReduce; the check against numpy is outside the timing."""
-    size = max(1, trial["bytes"] // 4)
-    tensor = generated_tensor(trial["seed"], rank, size, trial["dtype"])
+    """Barrier, then one timed call of the trial's collective (default AllReduce, bench.calls);
+    the check against numpy is outside the timing."""
+    trial = {"collective": "allreduce", **trial}
+    tensor = calls.tensor(trial, rank, workers)
     agent = inc if trial["algorithm"] == "inc" else ring
     try:
         # A one-element INC AllReduce releases all hosts within one multicast of each other.
         inc.allreduce(np.zeros(1, np.int32))
         start = time.perf_counter()
-        result = agent.allreduce(tensor)
+        result = calls.call(trial["collective"], agent, tensor)
         end = time.perf_counter()
     except IncError as err:
         return {"ok": False, "error": f"{type(err).__name__}: {err}"}
-    ok = sum_is_right(result, trial, workers)
-    return {"ok": ok, "start": start, "end": end, "error": None if ok else "sum differs from numpy",
+    ok = calls.is_right(result, trial, rank, workers)
+    return {"ok": ok, "start": start, "end": end, "error": None if ok else "result differs from numpy",
             "stats": call_stats(agent)}
 
 

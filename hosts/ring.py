@@ -4,6 +4,9 @@ K-element chunks. Its transport is the best reliable one we could give it: a win
 chunks in flight, delayed cumulative acks with a selective-ack bitmap (one ack per several
 chunks, as TCP does), fast retransmission of a hole, and the INC agent's measured
 retransmission timeout and congestion window (hosts/pacing.py); the switch only forwards.
+The same ring gives the baselines of the switch's other collectives: ReduceScatter and
+AllGather are its two halves, Broadcast and Reduce pipelines along it, Barrier a one-element
+AllReduce.
 """
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ from typing import Callable
 
 import numpy as np
 
+from hosts import numerics
 from hosts.agent import IncTimeoutError
 from hosts.inc import INC_K, MAX_WORKERS, OP_RING, OP_RING_ACK, IncFormatError, IncHeader, pack, unpack
 from hosts.pacing import CongestionWindow, RtoEstimator
@@ -117,38 +121,127 @@ class RingWorker:
 
     def allreduce(self, array: np.ndarray) -> np.ndarray:
         """The element-wise sum over all ranks; int32 wraps around as numpy's sum does."""
-        array = np.asarray(array)
-        if array.dtype not in (np.int32, np.float32):
-            raise TypeError(f"allreduce takes int32 or float32 arrays, not {array.dtype}")
+        return self._counted(self._allreduce, _summable(array))
+
+    def reduce_scatter(self, array: np.ndarray) -> np.ndarray:
+        """This rank's 1/N of the sum (rows rank*L/N .. (rank+1)*L/N - 1 of `array`, its first
+        dimension a multiple of N): the ring AllReduce's first half, N - 1 steps."""
+        return self._counted(self._reduce_scatter, _summable(array))
+
+    def all_gather(self, array: np.ndarray) -> np.ndarray:
+        """Every rank's `array` (any dtype, same shape on all) stacked in rank order, bit for
+        bit: the ring AllReduce's second half, N - 1 steps."""
+        return self._counted(self._all_gather, np.ascontiguousarray(array))
+
+    def broadcast(self, array: np.ndarray, root: int) -> np.ndarray:
+        """Rank `root`'s `array` on every rank, bit for bit: a pipeline along the ring from the
+        root, each rank passing a chunk on as soon as it has it (N - 1 hops deep)."""
+        self._check_root(root)
+        return self._counted(lambda a: self._broadcast(a, root), np.ascontiguousarray(array))
+
+    def reduce(self, array: np.ndarray, root: int) -> np.ndarray | None:
+        """The sum at rank `root` alone (None at the others): a pipeline along the ring that
+        ends at the root, each rank adding its chunk to the one it received and passing it on."""
+        self._check_root(root)
+        result = self._counted(lambda a: self._reduce(a, root), _summable(array))
+        return result if self.config.rank == root else None
+
+    def barrier(self) -> None:
+        """Returns once every rank has called it: a ring AllReduce of one element (its one
+        chunk passes every rank twice, 2(N - 1) hops)."""
+        self._counted(self._allreduce, np.zeros(1, np.int32))
+
+    def _check_root(self, root: int) -> None:
+        if not 0 <= root < self.config.num_workers:
+            raise ValueError(f"root must be a rank 0..{self.config.num_workers - 1}, not {root}")
+
+    def _counted(self, call: Callable[[np.ndarray], np.ndarray], array: np.ndarray) -> np.ndarray:
+        """`call(array)`, with what it sent in `last_stats`."""
         with self._cv:
             before = dataclasses.replace(self.stats)
         try:
-            return self._allreduce(array)
+            return call(array)
         finally:
             with self._cv:
                 self.last_stats = RingStats(*(now - then for now, then in zip(
                     dataclasses.astuple(self.stats), dataclasses.astuple(before))))
 
     def _allreduce(self, array: np.ndarray) -> np.ndarray:
-        n, rank = self.config.num_workers, self.config.rank
+        n = self.config.num_workers
         m = -(-array.size // INC_K)
         if n == 1 or m == 0:
             return array.copy()
         chunks = np.zeros((m, INC_K), array.dtype)
         chunks.ravel()[:array.size] = array.ravel()
         bounds = np.linspace(0, m, n + 1).round().astype(int)   # segment s is chunks bounds[s]:bounds[s+1]
-        for step in range(2 * (n - 1)):
-            # Reduce-scatter leaves rank r with segment r+1 summed; all-gather passes the sums on.
-            # With fewer chunks than ranks some segments are empty and their steps send nothing.
-            send_seg = (rank - step) % n if step < n - 1 else (rank + 1 - (step - n + 1)) % n
+        # Reduce-scatter leaves rank r with segment r+1 summed; all-gather passes the sums on.
+        # With fewer chunks than ranks some segments are empty and their steps send nothing.
+        self._steps(chunks, bounds, first=0, add=True)
+        self._steps(chunks, bounds, first=1, add=False)
+        return chunks.ravel()[:array.size].reshape(array.shape)
+
+    def _reduce_scatter(self, array: np.ndarray) -> np.ndarray:
+        n, rank = self.config.num_workers, self.config.rank
+        if array.ndim == 0 or array.shape[0] % n:
+            raise ValueError(f"reduce_scatter needs a first dimension divisible by {n}, not shape {array.shape}")
+        out_shape = (array.shape[0] // n, *array.shape[1:])
+        part = array.size // n
+        per_block = -(-part // INC_K)        # each rank's part in whole chunks, as the switch pads it
+        chunks = np.zeros((n, per_block * INC_K), array.dtype)
+        chunks[:, :part] = array.reshape(n, part)
+        if n > 1 and part:
+            # Starting one segment back, the N - 1 reduce steps leave rank r with segment r.
+            self._steps(chunks.reshape(-1, INC_K), per_block * np.arange(n + 1), first=-1, add=True)
+        return chunks[rank, :part].reshape(out_shape)
+
+    def _all_gather(self, array: np.ndarray) -> np.ndarray:
+        n, rank = self.config.num_workers, self.config.rank
+        words = numerics.as_words(array)
+        per_block = -(-words.size // INC_K)
+        placed = np.zeros((n, per_block * INC_K), np.int32)
+        placed[rank, :words.size] = words
+        if n > 1 and words.size:
+            self._steps(placed.reshape(-1, INC_K), per_block * np.arange(n + 1), first=0, add=False)
+        return np.stack([numerics.from_words(row[:words.size], array) for row in placed])
+
+    def _broadcast(self, array: np.ndarray, root: int) -> np.ndarray:
+        n = self.config.num_workers
+        position = (self.config.rank - root) % n       # hops from the root
+        words = numerics.as_words(array)
+        chunks = np.zeros((-(-words.size // INC_K), INC_K), np.int32)
+        chunks.ravel()[:words.size] = words
+        for i in range(len(chunks) if n > 1 else 0):
+            if position > 0:
+                chunks[i] = self._wait_for(1)[0]
+            if position < n - 1:
+                self._send_all(chunks[i:i + 1])
+        return numerics.from_words(chunks.ravel()[:words.size], array)
+
+    def _reduce(self, array: np.ndarray, root: int) -> np.ndarray:
+        n = self.config.num_workers
+        position = (self.config.rank - root - 1) % n   # the root's successor starts, the root ends
+        chunks = np.zeros((-(-array.size // INC_K), INC_K), array.dtype)
+        chunks.ravel()[:array.size] = array.ravel()
+        for i in range(len(chunks) if n > 1 else 0):
+            if position > 0:
+                chunks[i] += self._wait_for(1)[0].view(array.dtype)
+            if position < n - 1:
+                self._send_all(chunks[i:i + 1])
+        return chunks.ravel()[:array.size].reshape(array.shape)
+
+    def _steps(self, chunks: np.ndarray, bounds: np.ndarray, first: int, add: bool) -> None:
+        """N - 1 ring steps over `chunks` cut into N segments at `bounds`: at step s rank r sends
+        segment r + first - s and receives the one before it, adding it to its own or taking it."""
+        n, rank = self.config.num_workers, self.config.rank
+        for step in range(n - 1):
+            send_seg = (rank + first - step) % n
             recv_seg = (send_seg - 1) % n
             self._send_all(chunks[bounds[send_seg]:bounds[send_seg + 1]])
-            received = self._wait_for(bounds[recv_seg + 1] - bounds[recv_seg])
-            if step < n - 1:
-                chunks[bounds[recv_seg]:bounds[recv_seg + 1]] += received.view(array.dtype)
+            received = self._wait_for(bounds[recv_seg + 1] - bounds[recv_seg]).view(chunks.dtype)
+            if add:
+                chunks[bounds[recv_seg]:bounds[recv_seg + 1]] += received
             else:
-                chunks[bounds[recv_seg]:bounds[recv_seg + 1]] = received.view(array.dtype)
-        return chunks.ravel()[:array.size].reshape(array.shape)
+                chunks[bounds[recv_seg]:bounds[recv_seg + 1]] = received
 
     def close(self, linger: float | None = None) -> None:
         """Wait up to `linger` seconds (default 10 timeouts) for outstanding acks, then stop."""
@@ -295,3 +388,10 @@ class RingWorker:
                 if u.tries == 1 and sum(1 for s in sacked if s > seq) >= DUP_THRESHOLD:
                     self.cwnd.on_loss(self._send_next - 1)
                     self._resend(u, nxt, now)
+
+
+def _summable(array: np.ndarray) -> np.ndarray:
+    array = np.asarray(array)
+    if array.dtype not in (np.int32, np.float32):
+        raise TypeError(f"the ring sums int32 or float32 arrays, not {array.dtype}")
+    return array

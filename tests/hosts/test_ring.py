@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable
 
 import numpy as np
 import pytest
@@ -41,9 +43,10 @@ class LossyPeers:
 
 def ring_allreduce(inputs: list[list[np.ndarray]], loss: float = 0.0, duplicate: float = 0.0,
                    stats: list[RingStats] | None = None, window: int = 8, timeout: float = 0.01,
-                   last_stats: list[RingStats] | None = None) -> list[list[np.ndarray]]:
-    """inputs[call][rank] -> outputs[call][rank], one thread per rank; each rank's stats go to
-    `stats`, those of its last call to `last_stats`."""
+                   last_stats: list[RingStats] | None = None,
+                   call: Callable[[RingWorker, np.ndarray], Any] = RingWorker.allreduce) -> list[list[Any]]:
+    """inputs[call][rank] -> outputs[call][rank] of `call` (default allreduce), one thread per
+    rank; each rank's stats go to `stats`, those of its last call to `last_stats`."""
     n = len(inputs[0])
     sockets = [UdpPeerTransport([], bind=("127.0.0.1", 0)) for _ in range(n)]
     peers = [s.address for s in sockets]
@@ -54,7 +57,7 @@ def ring_allreduce(inputs: list[list[np.ndarray]], loss: float = 0.0, duplicate:
                                              max_retries=500), LossyPeers(sock, loss, duplicate, seed=rank)))
 
     def run(rank: int) -> list[np.ndarray]:
-        return [workers[rank].allreduce(call[rank]) for call in inputs]
+        return [call(workers[rank], arrays[rank]) for arrays in inputs]
 
     try:
         with ThreadPoolExecutor(n) as pool:
@@ -90,6 +93,61 @@ def test_ring_float32_survives_loss_and_duplicates_over_several_calls() -> None:
         for out in outs:
             assert out.dtype == np.float32 and out.shape == (300,)
             np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5])
+@pytest.mark.parametrize("rows", [1, INC_K + 3])
+def test_ring_halves_and_pipelines_match_numpy_under_loss(n: int, rows: int) -> None:
+    """The baselines of the switch's other collectives, two calls each (the ranks' chunk
+    numbering must carry over between them), with lost and duplicated chunks."""
+    rng = np.random.default_rng(n * 100 + rows)
+    ints = [[rng.integers(-10**6, 10**6, (n * rows, 2), dtype=np.int32) for _ in range(n)] for _ in range(2)]
+    floats = [[rng.standard_normal(n * rows).astype(np.float16) for _ in range(n)] for _ in range(2)]
+    root = n - 1
+    lossy = {"loss": 0.05, "duplicate": 0.05}
+    scattered = ring_allreduce(ints, call=RingWorker.reduce_scatter, **lossy)
+    gathered = ring_allreduce(floats, call=RingWorker.all_gather, **lossy)
+    reduced = ring_allreduce(ints, call=lambda w, a: w.reduce(a, root), **lossy)
+    broadcast = ring_allreduce(floats, call=lambda w, a: w.broadcast(a, root), **lossy)
+    for c in range(2):
+        total = np.sum(ints[c], axis=0, dtype=np.int32)
+        for rank in range(n):
+            np.testing.assert_array_equal(scattered[c][rank], total[rank * rows:(rank + 1) * rows])
+            assert gathered[c][rank].dtype == np.float16
+            np.testing.assert_array_equal(gathered[c][rank], np.stack(floats[c]))
+            np.testing.assert_array_equal(broadcast[c][rank], floats[c][root])
+            if rank == root:
+                np.testing.assert_array_equal(reduced[c][rank], total)
+            else:
+                assert reduced[c][rank] is None
+
+
+def test_ring_barrier_waits_for_the_last_rank() -> None:
+    """A rank that calls late holds every other rank's barrier until it arrives."""
+    n, late = 3, 0.3
+    returned: list[float] = []
+    start = time.monotonic()
+
+    def barrier(worker: RingWorker, delay: float) -> None:
+        time.sleep(delay)
+        worker.barrier()
+        returned.append(time.monotonic() - start)
+
+    ring_allreduce([[0.0, 0.0, late]], call=barrier)
+    assert len(returned) == n and min(returned) >= late
+
+
+def test_ring_collectives_refuse_bad_roots_and_dtypes() -> None:
+    worker = RingWorker(RingConfig(job_id=1, rank=0, num_workers=2), UdpPeerTransport([], bind=("127.0.0.1", 0)))
+    try:
+        with pytest.raises(ValueError, match="root must be a rank 0..1"):
+            worker.broadcast(np.zeros(4, np.int32), 2)
+        with pytest.raises(TypeError, match="not float64"):
+            worker.reduce(np.zeros(4), 0)
+        with pytest.raises(ValueError, match="divisible by 2"):
+            worker.reduce_scatter(np.zeros(3, np.int32))
+    finally:
+        worker.close()
 
 
 def test_lossless_ring_sends_one_ack_per_several_chunks_and_no_retransmission() -> None:
