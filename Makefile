@@ -26,7 +26,7 @@ APT_PACKAGES := mininet iputils-ping bridge-utils ethtool iproute2 tcpdump cpp n
 RUN := $(PY) -m topologies.run --topo $(TOPO) --hosts $(HOSTS) --target $(TARGET) --build-dir $(BUILD_DIR) \
 	$(if $(SLOW),--slow $(SLOW))
 
-.PHONY: setup apt run demo test bench stop clean
+.PHONY: setup apt run demo test bench bench-collectives stop clean
 
 setup: apt $(VENV_STAMP)
 
@@ -62,6 +62,13 @@ bench: $(VENV_STAMP)
 	$(PY) -m bench --budget --reps 50 --target $(TARGET) -o $(RESULTS)/budget.json
 	$(PY) -m bench --target $(TARGET) -o $(RESULTS)/bench.json $(BENCH_ARGS)
 	$(PY) -m analysis $(RESULTS)/bench.json -o $(RESULTS)
+
+# The switch's Reduce, ReduceScatter, Broadcast, AllGather and Barrier against their host ring
+# baselines on one Mininet star of 8, 256 B to 1 MiB, every result checked against numpy: JSON
+# and a plot in $(RESULTS)/ (about 9 minutes on 2 cores; not part of `bench`). A quick look:
+# make bench-collectives BENCH_ARGS="--workers 4 --sizes 1024 --reps 1".
+bench-collectives: $(VENV_STAMP)
+	$(PY) -m bench.collectives --target $(TARGET) -o $(RESULTS)/collectives.json $(BENCH_ARGS)
 
 # Ends what our fabrics recorded in $(BUILD_DIR)/run, then Mininet's own cleanup (`mn -c`).
 stop:
