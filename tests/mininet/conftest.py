@@ -1,6 +1,7 @@
-"""Fixtures for packet-level tests in Mininet (root): star fabrics whose teardown stops
-everything they started and then fails if any process or veth is left over, and `inc_star`,
-a star running p4src/allreduce.p4 as the controller sets it up, shared by a module's tests.
+"""Fixtures for packet-level tests in Mininet (root): star and leaf-spine fabrics whose
+teardown stops everything they started and then fails if any process or veth is left over;
+`inc_star` and `inc_leaf_spine`, fabrics running p4src/allreduce.p4 as the controller sets
+them up, each shared by a module's tests.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from topologies import fabric as fabric_module
 from topologies.fabric import Fabric, FabricOptions, Impairment
 from topologies.pieces import (DEFAULT_PROGRAM, WorkerResult, clear_job_slots, compile_program, read_counters,
                                run_allreduce, setup_controller)
-from topologies.spec import star
+from topologies.spec import Topology, leaf_spine, star
 from topologies.switches import P4RuntimeSwitch, TargetArgs
 
 StarFactory = Callable[..., Fabric]
@@ -38,8 +39,8 @@ def fabrics(base_dir: Path) -> Iterator[StarFactory]:
     started: list[Fabric] = []
 
     def make(n_hosts: int, *, impairment: Impairment | None = None, target: str = "p4sim",
-             slow: str | None = None) -> Fabric:
-        topo = star(n_hosts, grpc_port=free_port(), thrift_port=free_port())
+             slow: str | None = None, leaves: int = 0) -> Fabric:
+        topo = shape(n_hosts, leaves)
         options = FabricOptions(target=target, build_dir=base_dir / f"fabric{len(started)}",
                                 impairment=impairment, slow=slow)
         fabric = Fabric(topo, options)
@@ -56,6 +57,32 @@ def fabrics(base_dir: Path) -> Iterator[StarFactory]:
     assert not leaked, f"the fabric left these behind: {leaked}"
 
 
+def shape(n_hosts: int, leaves: int) -> Topology:
+    """A star of `n_hosts`, or (`leaves` > 0) a leaf-spine of that many leaves of `n_hosts`
+    each under one spine; every switch on free gRPC and Thrift ports."""
+    if not leaves:
+        return star(n_hosts, grpc_port=free_port(), thrift_port=free_port())
+    # leaf_spine numbers its switches' ports up from the base: find a free run of them.
+    base = free_run(leaves + 1)
+    return leaf_spine(leaves, 1, n_hosts, grpc_port=base, thrift_port=free_run(leaves + 1, avoid=base))
+
+
+def free_run(length: int, avoid: int | None = None) -> int:
+    """The first of `length` consecutive free loopback ports (not overlapping `avoid`'s run)."""
+    for _ in range(100):
+        base = free_port()
+        if avoid is not None and abs(base - avoid) < length:
+            continue
+        try:
+            for port in range(base, base + length):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+    raise RuntimeError(f"no {length} consecutive free loopback ports found")
+
+
 @pytest.fixture
 def star_fabric(tmp_path: Path) -> Iterator[StarFactory]:
     """`star_fabric(n, impairment=...)` starts a star of n hosts on one switch,
@@ -66,7 +93,7 @@ def star_fabric(tmp_path: Path) -> Iterator[StarFactory]:
 
 @dataclass
 class IncStar:
-    """A star running the aggregation program, as the controller sets it up."""
+    """A star (or leaf-spine) running the aggregation program, as the controller sets it up."""
     fabric: Fabric
     work_dir: Path
 
@@ -87,9 +114,9 @@ class IncStar:
         clear_job_slots(self.fabric.options.topology_path, self.job.job_id, self.fabric.options.target)
         return run_allreduce(self.fabric, self.job, tensors, self.work_dir, timeout_s=900, worker_args=worker_args)
 
-    def counters(self) -> dict[str, int]:
-        """Packets per counter of s1, summed over its cells."""
-        cells = read_counters(self.fabric.options.topology_path, "s1", self.fabric.options.target)
+    def counters(self, switch: str = "s1") -> dict[str, int]:
+        """Packets per counter of `switch`, summed over its cells."""
+        cells = read_counters(self.fabric.options.topology_path, switch, self.fabric.options.target)
         return {name: sum(c["packets"] for c in cell) for name, cell in cells.items()}
 
     @contextmanager
@@ -107,13 +134,15 @@ class IncStar:
 
 
 @contextmanager
-def inc_fabric(base: Path, n_hosts: int, target: str, slow: str | None = None) -> Iterator[IncStar]:
-    """Compile allreduce.p4 for `target`, start a star on it (p4sim slowed to the `slow` preset,
-    if given) and let the controller set it up."""
+def inc_fabric(base: Path, n_hosts: int, target: str, slow: str | None = None, leaves: int = 0) -> Iterator[IncStar]:
+    """Compile allreduce.p4 for `target`, start a star on it (or a leaf-spine of `leaves`
+    leaves of `n_hosts`; p4sim slowed to the `slow` preset, if given), let the controller set
+    it up and run the hosts' commands (a leaf-spine's hosts route through their leaf)."""
     program = compile_program(target, DEFAULT_PROGRAM, base / "program")
     with fabrics(base) as make:
-        fabric = make(n_hosts, target=target, slow=slow)
+        fabric = make(n_hosts, target=target, slow=slow, leaves=leaves)
         setup_controller(fabric.options.topology_path, base / "program", program, target)
+        fabric.run_host_commands()
         yield IncStar(fabric, base / "tensors")
 
 
@@ -126,6 +155,15 @@ def inc_star(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
     n = getattr(request, "param", 4)
     with inc_fabric(tmp_path_factory.mktemp(f"inc_star{n}"), n, "p4sim") as star_net:
         yield star_net
+
+
+@pytest.fixture(scope="module")
+def inc_leaf_spine(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[IncStar]:
+    """A p4sim leaf-spine, 2 leaves of `request.param` hosts (parametrize it indirectly) under
+    one spine s3, running allreduce.p4 as the controller sets it up. Module-scoped, like `inc_star`."""
+    n = getattr(request, "param", 2)
+    with inc_fabric(tmp_path_factory.mktemp(f"inc_leaf_spine{n}"), n, "p4sim", leaves=2) as fabric:
+        yield fabric
 
 
 @pytest.fixture

@@ -1,0 +1,128 @@
+"""Issue 12, item 5: the leaf-spine in Mininet. Two leaves s1, s2 of N hosts each under one
+spine s3, p4sim switches running allreduce.p4, set up by the controller as
+`python -m topologies.run --topo leaf-spine` does. AllReduce, Reduce, Broadcast and Barrier
+across both leaves against numpy (int32 exactly, float32 within docs/protocol.md's bound),
+also with loss on every host link; ping routed leaf -> spine -> leaf; and the switches'
+counters: today the spine aggregates every worker's packet (N_workers contributions per
+slot) and the leaves only pass them on.
+"""
+import math
+
+import numpy as np
+import pytest
+
+from hosts.inc import INC_K as K
+from tests.mininet.conftest import IncStar
+from tests.mininet.test_allreduce import assert_float32_sums, assert_int32_sums, float32_tensors, int32_tensors
+from tests.mininet.test_collectives import assert_reduced, tensors
+from topologies.fabric import Impairment
+
+pytestmark = pytest.mark.mininet
+SIZES = pytest.mark.parametrize("inc_leaf_spine", [2, 4], indirect=True, ids=lambda n: f"2x{n}")
+TWO = pytest.mark.parametrize("inc_leaf_spine", [2], indirect=True, ids=lambda n: f"2x{n}")
+LEAVES, SPINE = ("s1", "s2"), "s3"
+
+
+@SIZES
+@pytest.mark.parametrize("length", [1, K + 1, 5_000])
+def test_int32_sum_across_both_leaves_equals_numpy_exactly(inc_leaf_spine, length):
+    inputs = int32_tensors(inc_leaf_spine.n, length, seed=21)
+    assert_int32_sums(inc_leaf_spine.allreduce(inputs), inputs)
+
+
+@SIZES
+@pytest.mark.parametrize("length", [K - 1, 5_000])
+def test_float32_sum_across_both_leaves_is_within_the_documented_bound(inc_leaf_spine, length):
+    inputs = float32_tensors(inc_leaf_spine.n, length, seed=22)
+    assert_float32_sums(inc_leaf_spine.allreduce(inputs), inputs)
+
+
+@pytest.mark.impairment
+@SIZES
+def test_allreduce_across_both_leaves_with_1pct_loss_is_exact(inc_leaf_spine):
+    ints, floats = int32_tensors(inc_leaf_spine.n, 8_000, seed=23), float32_tensors(inc_leaf_spine.n, 4_000, seed=24)
+    with inc_leaf_spine.impaired(Impairment(loss_pct=1)):
+        int_results = inc_leaf_spine.allreduce(ints)
+        float_results = inc_leaf_spine.allreduce(floats)
+        dropped = inc_leaf_spine.fabric.impairment_counts()["drop"]
+    assert_int32_sums(int_results, ints)
+    assert_float32_sums(float_results, floats)
+    assert dropped > 0, "no packet was lost: this run proved nothing"
+
+
+@pytest.mark.impairment
+@TWO
+@pytest.mark.parametrize("dtype, op", [("int32", "sum"), ("float32", "sum"), ("int32", "min")])
+def test_reduce_to_a_root_under_the_other_leaf_with_loss(inc_leaf_spine, dtype, op):
+    n = inc_leaf_spine.n
+    inputs = tensors(dtype, 700, seed=25, n=n)
+    results = lossy(inc_leaf_spine, inputs, "--collective", "reduce", "--root", str(n - 1), "--op", op)
+    assert_reduced(results[n - 1], inputs, op)
+    assert all(r.size == 0 for w, r in enumerate(results) if w != n - 1)
+
+
+@pytest.mark.impairment
+@TWO
+def test_broadcast_from_one_leaf_reaches_both_with_loss(inc_leaf_spine):
+    inputs = tensors("float32", 1001, seed=26, n=inc_leaf_spine.n)
+    results = lossy(inc_leaf_spine, inputs, "--collective", "broadcast", "--root", "1")
+    for got in results:
+        assert got.dtype == np.float32 and got.tobytes() == inputs[1].tobytes()
+
+
+@TWO
+def test_barrier_rounds_are_counted_at_the_spine_alone(inc_leaf_spine):
+    before = {s: inc_leaf_spine.counters(s) for s in (*LEAVES, SPINE)}
+    results = inc_leaf_spine.allreduce(tensors("int32", 1, seed=27, n=inc_leaf_spine.n),
+                                       "--collective", "barrier", "--iterations", "10")
+    assert all(r.size == 0 for r in results)
+    grew = {s: delta(before[s], inc_leaf_spine.counters(s)) for s in before}
+    assert grew[SPINE]["MyIngress.results_multicast"] == 10
+    assert grew[SPINE]["MyIngress.contributions"] == inc_leaf_spine.n * 10
+    for leaf in LEAVES:
+        assert grew[leaf]["MyIngress.contributions"] == 0
+        assert grew[leaf]["MyIngress.forwarded_to_aggregator"] >= inc_leaf_spine.n // 2 * 10
+
+
+@SIZES
+def test_the_spine_sees_every_workers_packet_per_slot_and_the_leaves_only_forward(inc_leaf_spine):
+    """Aggregation at the spine only (no hierarchy yet): per slot the spine counts N_workers
+    contributions and multicasts one result; each leaf forwards its workers' packets up,
+    exactly the packets they sent (retransmissions included), and adds nothing."""
+    star = inc_leaf_spine
+    length = 64 * K
+    slots = math.ceil(length / K)
+    before = {s: star.counters(s) for s in (*LEAVES, SPINE)}
+    runs = star.run(int32_tensors(star.n, length, seed=28))
+    grew = {s: delta(before[s], star.counters(s)) for s in before}
+    spine = grew[SPINE]
+    assert spine["MyIngress.results_multicast"] == slots
+    assert spine["MyIngress.contributions"] == star.n * slots
+    sent_from = {leaf: sum(r.report["packets_sent"] for r in runs
+                           if star.fabric.topo.host_port(r.host)[0] == leaf) for leaf in LEAVES}
+    for leaf in LEAVES:
+        assert grew[leaf]["MyIngress.contributions"] == 0
+        assert grew[leaf]["MyIngress.results_multicast"] == 0
+        assert grew[leaf]["MyIngress.forwarded_to_aggregator"] == sent_from[leaf] >= star.n // 2 * slots
+
+
+@TWO
+def test_hosts_under_different_leaves_ping_through_the_spine(inc_leaf_spine):
+    # Routed by the first leaf and by the spine (two TTL decrements), switched by the last leaf.
+    assert inc_leaf_spine.ping("h1", f"h{inc_leaf_spine.n}") == (2, [62, 62])
+    # Same leaf, same subnet: switched only.
+    assert inc_leaf_spine.ping("h1", "h2") == (2, [64, 64])
+
+
+def lossy(net: IncStar, inputs: list[np.ndarray], *worker_args: str) -> list[np.ndarray]:
+    """Run with 5% loss on every host link (as tests/mininet/test_collectives.py does); make
+    sure something was lost."""
+    with net.impaired(Impairment(loss_pct=5)):
+        results = net.allreduce(inputs, *worker_args)
+        dropped = net.fabric.impairment_counts()["drop"]
+    assert dropped > 0, "no packet was lost: this run proved nothing"
+    return results
+
+
+def delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
+    return {name: after[name] - before.get(name, 0) for name in after}
