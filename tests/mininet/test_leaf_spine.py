@@ -55,7 +55,7 @@ def test_allreduce_across_both_leaves_with_1pct_loss_is_exact(inc_leaf_spine):
 @pytest.mark.parametrize("dtype, op", [("int32", "sum"), ("float32", "sum"), ("int32", "min")])
 def test_reduce_to_a_root_under_the_other_leaf_with_loss(inc_leaf_spine, dtype, op):
     n = inc_leaf_spine.n
-    inputs = tensors(dtype, 700, seed=25, n=n)
+    inputs = tensors(dtype, 2000, seed=25, n=n)
     results = lossy(inc_leaf_spine, inputs, "--collective", "reduce", "--root", str(n - 1), "--op", op)
     assert_reduced(results[n - 1], inputs, op)
     assert all(r.size == 0 for w, r in enumerate(results) if w != n - 1)
