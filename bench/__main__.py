@@ -28,7 +28,7 @@ from topologies.fabric import Fabric, FabricError, FabricOptions
 from topologies.pieces import DEFAULT_PROGRAM, PieceError, compile_program, setup_controller
 from topologies.spec import TopologyError, star
 
-from .budget import budget_table, call_budget, numeric_stats
+from .budget import budget_table, call_budget, call_time, numeric_stats
 from .environment import describe_environment, unwritable
 from .mpi import ROOT_ENV, mpi_missing, mpirun_command, write_launcher
 
@@ -91,22 +91,35 @@ class Trials:
         return proc
 
     def run(self, algorithm: str, nbytes: int, seed: int, collective: str = "allreduce") -> tuple[float, list[dict]]:
-        """One collective (bench.calls) on every host: the earliest start to the latest end in
-        seconds, and the replies."""
-        line = json.dumps({"algorithm": algorithm, "collective": collective, "bytes": nbytes,
-                           "dtype": self.plan.dtype, "seed": seed}) + "\n"
-        procs = self.mpi if algorithm == "mpi" else self.procs
+        """One collective (bench.calls) on every host: seconds from the last host's start (all
+        are in the call) to the last one's end, and the replies."""
+        replies = self._ask(self.mpi if algorithm == "mpi" else self.procs,
+                            {"algorithm": algorithm, "collective": collective, "bytes": nbytes,
+                             "dtype": self.plan.dtype, "seed": seed})
+        bad = [r["error"] for r in replies if not r["ok"]]
+        if bad:
+            raise BenchError(f"{algorithm} {collective} of {nbytes} B failed: {bad[0]}")
+        return call_time(replies)[0], replies
+
+    def probe(self, rank: int = 0) -> float:
+        """One INC packet's round trip through the switch, seconds, as worker `rank` measures it
+        (bench.worker's probe: a retransmission of a complete slot, answered to it alone)."""
+        replies = self._ask(self.procs, {"algorithm": "probe", "rank": rank})
+        bad = [r["error"] for r in replies if not r["ok"]]
+        if bad:
+            raise BenchError(f"the round-trip probe failed: {bad[0]}")
+        return replies[rank]["rtt"]
+
+    def _ask(self, procs: list[subprocess.Popen], trial: dict) -> list[dict]:
+        """Write one trial to every process and read their answers."""
+        line = json.dumps(trial) + "\n"
         for proc in procs:
             try:
                 proc.stdin.write(line)
                 proc.stdin.flush()
             except BrokenPipeError:
                 raise BenchError(f"a benchmark process has exited: {self._why(proc)}") from None
-        replies = [self._reply(proc) for proc in procs]
-        bad = [r["error"] for r in replies if not r["ok"]]
-        if bad:
-            raise BenchError(f"{algorithm} {collective} of {nbytes} B failed: {bad[0]}")
-        return max(r["end"] for r in replies) - min(r["start"] for r in replies), replies
+        return [self._reply(proc) for proc in procs]
 
     def close(self) -> None:
         """End of input: each worker acknowledges its last ring chunks and exits, and so does MPI."""
@@ -136,10 +149,12 @@ class Trials:
         return f"exit code {proc.poll()}, {path}: {lines[-1] if lines else '(empty)'}"
 
 
-def summarise(times: list[float]) -> dict:
-    """Median, p99 and quartiles of one point's times, and the times themselves."""
+def summarise(times: list[float], skews: list[float]) -> dict:
+    """Median, p99 and quartiles of one point's times, the times themselves, and the median
+    spread of the ranks' starts (not part of the times)."""
     return {"times_s": times, "median_s": float(np.median(times)), "p99_s": float(np.percentile(times, 99)),
-            "q25_s": float(np.percentile(times, 25)), "q75_s": float(np.percentile(times, 75))}
+            "q25_s": float(np.percentile(times, 25)), "q75_s": float(np.percentile(times, 75)),
+            "start_skew_median_s": float(np.median(skews))}
 
 
 def set_up(fabric: Fabric, plan: Plan, options: FabricOptions) -> Trials:
@@ -154,6 +169,7 @@ def set_up(fabric: Fabric, plan: Plan, options: FabricOptions) -> Trials:
 def bench_workers(n: int, plan: Plan, options: FabricOptions, progress: tqdm) -> list[dict]:
     """All sizes and repetitions for one worker count, on a fresh star of n hosts."""
     times: dict[tuple[str, int], list[float]] = {}
+    skews: dict[tuple[str, int], list[float]] = {}
     totals: dict[tuple[str, int], dict[str, float]] = {}
     k = len(plan.algorithms)
     with Fabric(star(n), options) as fabric:
@@ -165,10 +181,12 @@ def bench_workers(n: int, plan: Plan, options: FabricOptions, progress: tqdm) ->
                     progress.set_postfix_str(f"N={n} {algorithm} {size} B")
                     seconds, replies = trials.run(algorithm, size, seed=rep + 1)
                     times.setdefault((algorithm, size), []).append(seconds)
+                    skews.setdefault((algorithm, size), []).append(call_time(replies)[1])
                     add_counts(totals.setdefault((algorithm, size), {}), replies)
                     progress.update()
         trials.close()
-    return [{"algorithm": alg, "workers": n, "bytes": size, **summarise(ts), "agent_totals": totals[(alg, size)]}
+    return [{"algorithm": alg, "workers": n, "bytes": size, **summarise(ts, skews[(alg, size)]),
+             "agent_totals": totals[(alg, size)]}
             for (alg, size), ts in sorted(times.items(), key=lambda kv: (kv[0][1], kv[0][0]))]
 
 
@@ -181,7 +199,8 @@ def add_counts(totals: dict[str, float], replies: list[dict]) -> None:
 
 
 def budget_workers(n: int, plan: Plan, options: FabricOptions, progress: tqdm) -> dict:
-    """Where one INC call of the first size spends its time, per worker, over `reps` calls."""
+    """Where one INC call of the first size spends its time, per worker, over `reps` calls;
+    then `reps` round trips of one INC packet through the same switch."""
     with Fabric(star(n), options) as fabric:
         trials = set_up(fabric, plan, options)
         calls = []
@@ -189,8 +208,9 @@ def budget_workers(n: int, plan: Plan, options: FabricOptions, progress: tqdm) -
             progress.set_postfix_str(f"N={n} budget {plan.sizes[0]} B")
             calls.append(trials.run("inc", plan.sizes[0], seed=rep + 1)[1])
             progress.update()
+        probes = [trials.probe() for _ in range(plan.reps)]
         trials.close()
-    return call_budget(n, plan.sizes[0], calls)
+    return call_budget(n, plan.sizes[0], calls, probes)
 
 
 def _sizes(text: str) -> list[int]:

@@ -25,6 +25,7 @@ from topologies.spec import TopologyError, star
 
 from .__main__ import (ROOT, BenchError, Plan, _sizes, add_counts, add_trial_options, check_trial_options, set_up,
                        summarise)
+from .budget import call_time
 from .calls import ROOT as COLLECTIVE_ROOT
 from .environment import describe_environment, unwritable
 
@@ -45,6 +46,7 @@ def bench_collectives(plan: Plan, collectives: list[str], options: FabricOptions
     """Every collective, size and repetition on one fresh star of plan.workers[0] hosts."""
     n = plan.workers[0]
     times: dict[tuple[str, str, int], list[float]] = {}
+    skews: dict[tuple[str, str, int], list[float]] = {}
     checked: dict[tuple[str, str, int], int] = {}       # ranks' results found right by numpy
     totals: dict[tuple[str, str, int], dict[str, float]] = {}
     k = len(plan.algorithms)
@@ -59,11 +61,12 @@ def bench_collectives(plan: Plan, collectives: list[str], options: FabricOptions
                         seconds, replies = trials.run(algorithm, size, seed=rep + 1, collective=collective)
                         key = (collective, algorithm, size)
                         times.setdefault(key, []).append(seconds)
+                        skews.setdefault(key, []).append(call_time(replies)[1])
                         checked[key] = checked.get(key, 0) + sum(bool(r["ok"]) for r in replies)
                         add_counts(totals.setdefault(key, {}), replies)
                         progress.update()
         trials.close()
-    return [{"collective": c, "algorithm": a, "workers": n, "bytes": s, **summarise(ts),
+    return [{"collective": c, "algorithm": a, "workers": n, "bytes": s, **summarise(ts, skews[(c, a, s)]),
              "checked_results": checked[(c, a, s)], "agent_totals": totals[(c, a, s)]}
             for (c, a, s), ts in times.items()]
 

@@ -3,7 +3,8 @@ through mpi4py), one rank per Mininet host, its TCP traffic through the same swi
 
 Started by `mpirun` (see bench/mpi.py). Rank 0 reads trials as JSON lines on stdin, as
 bench.worker does, and broadcasts them; every rank runs a barrier and one timed
-`Allreduce`, checks its sum against numpy, and rank 0 answers with every rank's start and
+`Allreduce`, waits for the others (a barrier: a check must not take a core from a rank still
+in its call), checks its sum against numpy, and rank 0 answers with every rank's start and
 end (CLOCK_MONOTONIC, shared by all namespaces of the machine) on one JSON line.
 """
 from __future__ import annotations
@@ -27,6 +28,7 @@ def run_trial(comm: MPI.Comm, trial: dict) -> dict:
     start = time.perf_counter()
     comm.Allreduce(tensor, result, op=MPI.SUM)
     end = time.perf_counter()
+    comm.Barrier()
     ok = sum_is_right(result, trial, comm.size)
     return {"ok": ok, "start": start, "end": end, "error": None if ok else f"rank {comm.rank}: sum differs"}
 
@@ -41,9 +43,8 @@ def main() -> int:
         replies = comm.gather(run_trial(comm, trial), root=0)
         if comm.rank == 0:
             bad = [r["error"] for r in replies if not r["ok"]]
-            sys.stdout.write(json.dumps({"ok": not bad, "error": bad[0] if bad else None,
-                                         "start": min(r["start"] for r in replies),
-                                         "end": max(r["end"] for r in replies)}) + "\n")
+            sys.stdout.write(json.dumps({"ok": not bad, "error": bad[0] if bad else None, "ranks": [
+                {"start": r["start"], "end": r["end"]} for r in replies]}) + "\n")
             sys.stdout.flush()
 
 

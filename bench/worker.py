@@ -17,7 +17,7 @@ import time
 import numpy as np
 
 from hosts.agent import IncError, JobConfig, Worker
-from hosts.inc import RING_PORT
+from hosts.inc import OP_CONTRIB, OP_RESULT, RING_PORT, IncFormatError, IncHeader, pack, unpack_header
 from hosts.ring import RingConfig, RingWorker
 from hosts.transport import UdpPeerTransport, UdpTransport
 from hosts.worker import check_generated
@@ -25,11 +25,15 @@ from hosts.worker import check_generated
 from bench import calls
 
 log = logging.getLogger("bench.worker")
+PROBE_TIMEOUT_S = 1.0        # a probe's answer comes in well under a millisecond; no answer is an error
 
 
 def run_trial(trial: dict, rank: int, workers: int, inc: Worker, ring: RingWorker) -> dict:
     """Barrier, then one timed call of the trial's collective (default AllReduce, bench.calls);
-    the check against numpy is outside the timing."""
+    the check against numpy is outside the timing. A "probe" trial times one INC packet's
+    round trip through the switch instead."""
+    if trial["algorithm"] == "probe":
+        return probe_round_trip(inc, rank == trial["rank"])
     trial = {"collective": "allreduce", **trial}
     tensor = calls.tensor(trial, rank, workers)
     agent = inc if trial["algorithm"] == "inc" else ring
@@ -39,11 +43,45 @@ def run_trial(trial: dict, rank: int, workers: int, inc: Worker, ring: RingWorke
         start = time.perf_counter()
         result = calls.call(trial["collective"], agent, tensor)
         end = time.perf_counter()
+        # Early finishers wait here for the last one: their check and reply must not take the
+        # CPU from workers still in the call (the cores are shared).
+        inc.allreduce(np.zeros(1, np.int32))
     except IncError as err:
         return {"ok": False, "error": f"{type(err).__name__}: {err}"}
     ok = calls.is_right(result, trial, rank, workers)
     return {"ok": ok, "start": start, "end": end, "error": None if ok else "result differs from numpy",
             "stats": call_stats(agent)}
+
+
+def probe_round_trip(inc: Worker, probing: bool, timeout: float = PROBE_TIMEOUT_S) -> dict:
+    """After a barrier, the prober sends its barrier contribution again: the slot is complete,
+    so the switch answers that copy alone with the stored result (a retransmission's path:
+    parser, checks, job tables, the slot's registers, egress). Its round trip, user space to
+    user space, is one INC packet's round trip through the switch; the others only wait."""
+    try:
+        inc.allreduce(np.zeros(1, np.int32))
+    except IncError as err:
+        return {"ok": False, "error": f"{type(err).__name__}: {err}"}
+    if not probing:
+        return {"ok": True, "rtt": None}
+    cfg = inc.config
+    seq = inc.next_seq - 1
+    payload = pack(IncHeader(OP_CONTRIB, cfg.job_id, cfg.worker_id, 1, seq % cfg.window,
+                             (seq // cfg.window) % 2, seq & 0xFFFFFFFF), np.zeros(1, np.int32))
+    start = time.perf_counter()
+    inc.transport.send(payload)
+    deadline = start + timeout
+    while (left := deadline - time.perf_counter()) > 0:
+        data = inc.transport.recv(left)
+        if data is None:
+            break
+        try:
+            header = unpack_header(data)
+        except IncFormatError:
+            continue
+        if header.opcode == OP_RESULT and header.seq == seq & 0xFFFFFFFF:
+            return {"ok": True, "rtt": time.perf_counter() - start}
+    return {"ok": False, "error": f"no answer to a probe of seq {seq} within {timeout:g} s"}
 
 
 def call_stats(agent: Worker | RingWorker) -> dict:

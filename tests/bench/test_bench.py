@@ -78,18 +78,27 @@ def test_bench_in_mininet_writes_checked_runs_for_inc_ring_and_mpi(tmp_path):
     assert isinstance(result["environment"]["dirty"], bool)
 
 
-def test_budget_takes_medians_of_call_time_start_skew_and_the_agents_own_parts():
+def test_budget_times_calls_from_the_last_start_and_states_them_in_packet_round_trips():
     def reply(start, end, send_s):
         return {"start": start, "end": end, "stats": {"send_s": send_s, "dtype": "float32", "srtt_s": None,
                                                       "retransmits": 1, "packets_sent": 9}}
-    calls = [[reply(0.0, 1.0, 0.1), reply(0.2, 1.1, 0.3)],       # call 1.1 s, skew 0.2 s
+    calls = [[reply(0.0, 1.0, 0.1), reply(0.2, 1.1, 0.3)],       # call 0.9 s after a 0.2 s skew
              [reply(5.0, 5.5, 0.2), reply(5.0, 5.7, 0.2)],       # call 0.7 s, skew 0
-             [reply(9.0, 9.9, 0.5), reply(9.4, 10.0, 0.1)]]      # call 1.0 s, skew 0.4 s
-    b = budget.call_budget(2, 256, calls)
-    assert b["call_s"] == pytest.approx(1.0) and b["start_skew_s"] == pytest.approx(0.2)
+             [reply(9.0, 9.9, 0.5), reply(9.4, 10.0, 0.1)]]      # call 0.6 s after a 0.4 s skew
+    b = budget.call_budget(2, 256, calls, probes=[0.1, 0.2, 0.3, 0.4])
+    assert b["call_s"] == pytest.approx(0.7) and b["start_skew_s"] == pytest.approx(0.2)
+    assert b["from_first_start_s"] == pytest.approx(1.0)
     assert b["worker_call_s"] == pytest.approx(np.median([1.0, 0.9, 0.5, 0.7, 0.9, 0.6]))
+    assert b["packet_rtt_s"] == pytest.approx(0.25) and b["probes"] == 4
     # Text and None are left out; counts stay in the JSON, only times and retransmits make the table.
     assert b["parts"] == {"send_s": pytest.approx(0.2), "retransmits": 1.0, "packets_sent": 9.0}
     table = budget.budget_table([b]).splitlines()
-    assert table[0].split(" | ")[-2:] == ["send (us)", "retransmits |"]
-    assert table[2] == "| 2 | 256 | 3 | 1000000 | 1098000 | 200000 | 800000 | 200000 | 1 |"
+    assert table[0].split(" | ")[7:] == ["from the first start (us)", "packet RTT (us)", "RTT p99 (us)",
+                                         "call / RTT", "send (us)", "retransmits |"]
+    assert table[2] == "| 2 | 256 | 3 | 700000 | 896000 | 200000 | 800000 | 1000000 | 250000 | 397000 | 2.8 | 200000 | 1 |"
+
+
+def test_call_time_runs_from_the_last_rank_in_and_takes_mpi_ranks_from_one_reply():
+    workers = [{"start": 1.0, "end": 3.0}, {"start": 1.5, "end": 2.5}]
+    assert budget.call_time(workers) == pytest.approx((1.5, 0.5))
+    assert budget.call_time([{"ok": True, "ranks": workers}]) == pytest.approx((1.5, 0.5))
