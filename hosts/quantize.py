@@ -30,12 +30,14 @@ def chunk_exponents(chunks: np.ndarray) -> np.ndarray:
     EXPONENT_MIN stands for an all-zero row only: a row of tiny values (all below 2^-127, the
     subnormals) gets EXPONENT_MIN + 1, so it is still sent at a scale that keeps its digits.
     """
-    with np.errstate(invalid="ignore"):
-        maxabs = np.max(np.abs(np.asarray(chunks, np.float64)), axis=1)
-    _, e = np.frexp(maxabs)                     # maxabs = m * 2^e with 0.5 <= m < 1, so maxabs < 2^e
-    e = np.where(maxabs == 0, EXPONENT_MIN, np.maximum(e, EXPONENT_MIN + 1))
-    # frexp gives no exponent for inf and nan; float32 values are below 2^128 anyway
-    return np.where(np.isfinite(maxabs), np.minimum(e, EXPONENT_MAX + 1), EXPONENT_MAX + 1).astype(np.int64)
+    # No floating-point warnings to silence here: abs, max and frexp pass inf and nan through.
+    maxabs = np.abs(np.asarray(chunks, np.float64)).max(axis=1)
+    e = np.minimum(np.maximum(np.frexp(maxabs)[1], EXPONENT_MIN + 1), EXPONENT_MAX + 1).astype(np.int64)
+    e[maxabs == 0] = EXPONENT_MIN
+    finite = np.isfinite(maxabs)
+    if not finite.all():       # frexp gives no exponent for inf and nan; float32 values are below 2^128 anyway
+        e[~finite] = EXPONENT_MAX + 1
+    return e
 
 
 def quantize(chunks: np.ndarray, exponents: np.ndarray, num_workers: int) -> tuple[np.ndarray, np.ndarray]:
