@@ -198,8 +198,9 @@ def report(summary: dict, fitted: Fit, real_title: str, budget: dict | None) -> 
         lines += ["", "## Latency budget of one INC call", "",
                   f"Command: `{budget.get('config', {}).get('command', 'python -m bench --budget')}`, commit "
                   f"{env.get('versions', {}).get('p4inc')}{' with uncommitted changes' if env.get('dirty') else ''}. "
-                  "*call*: earliest start to latest end over the workers; *start skew*: spread of their starts "
-                  "after the barrier; the rest is each worker's own call as the agent times it (medians).", "",
+                  "*call*: the last worker's start to the last worker's end; *start skew*: spread of their "
+                  "starts after the barrier; *packet RTT*: one INC packet's round trip through the switch; "
+                  "the rest is each worker's own call as the agent times it (medians).", "",
                   budget_table(budget["budget"])]
     return "\n".join(lines) + "\n"
 

@@ -1,9 +1,10 @@
 """One host's side of the AllReduce and collectives benchmarks: runs in a Mininet host, keeps
 an INC worker and a ring worker open, and runs the trials the coordinator writes on stdin
-(JSON lines), answering each with its start and end times and whether the result was right.
+(JSON lines), answering each with its start and end times and whether the result was right,
+or (a "probe") timing one INC packet's round trip through the switch.
 
 Times are CLOCK_MONOTONIC, which every network namespace of the machine shares, so the
-coordinator can take the earliest start and the latest end across hosts.
+coordinator can compare starts and ends across hosts.
 """
 from __future__ import annotations
 
