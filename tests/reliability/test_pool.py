@@ -321,17 +321,13 @@ def test_switch_killed_mid_call_finishes_on_the_ring_with_the_exact_sum(
     assert all(a.on_ring for a in agents)
 
 
-def test_rank_a_call_behind_when_the_switch_dies_is_redone_with_the_others(
-        controlled: Switch, p4sim_server: InProcessP4sim, pipeline: Pipeline) -> None:
-    """The switch dies sending call 0's only result: ranks 0-2 got it and move on to call 1,
-    rank 3 did not. Rank 3 falls back at call 0, the others at call 1; they agree over the
-    ring, ranks 0-2 redo call 0 with rank 3, then all do calls 1 and 2 on the ring."""
-    n = 4
+def crash_on_the_last_ranks_result(controlled: Switch, p4sim_server: InProcessP4sim, pipeline: Pipeline,
+                                   calls: list[list[np.ndarray]]) -> tuple[list, list[tuple[int, FallbackEvent]]]:
+    """Four ranks of a pool job run `calls`; the switch dies as it sends call 0's result to the
+    last rank. Returns every rank's results and the fallbacks, as (rank, event)."""
+    n = len(calls[0])
     topo = pool_topology(6, p4sim_server.port)
     pool = JobPool(topo, [controlled], slots=32)
-    rng = np.random.default_rng(14)
-    sizes = [INC_K, LENGTH, LENGTH]
-    calls = [[rng.integers(-2**24, 2**24, size, dtype=np.int32) for _ in range(n)] for size in sizes]
     events: list[tuple[int, FallbackEvent]] = []
     try:
         grant = pool.request([(f"10.0.0.{h}", INC_PORT) for h in range(1, n + 1)], WINDOW)
@@ -345,6 +341,18 @@ def test_rank_a_call_behind_when_the_switch_dies_is_redone_with_the_others(
     finally:
         pool.close()
     log.info("fallbacks: %s", events)
+    return results, events
+
+
+def test_rank_a_call_behind_when_the_switch_dies_is_redone_with_the_others(
+        controlled: Switch, p4sim_server: InProcessP4sim, pipeline: Pipeline) -> None:
+    """The switch dies sending call 0's only result: ranks 0-2 got it and move on to call 1,
+    rank 3 did not. Rank 3 falls back at call 0, the others at call 1; they agree over the
+    ring, ranks 0-2 redo call 0 with rank 3, then all do calls 1 and 2 on the ring."""
+    rng = np.random.default_rng(14)
+    calls = [[rng.integers(-2**24, 2**24, size, dtype=np.int32) for _ in range(4)]
+             for size in (INC_K, LENGTH, LENGTH)]
+    results, events = crash_on_the_last_ranks_result(controlled, p4sim_server, pipeline, calls)
     assert sorted((r, e.call) for r, e in events) == [(0, 1), (1, 1), (2, 1), (3, 0)]
     for ranked in results:
         for c, call in enumerate(calls):
@@ -404,23 +412,8 @@ def test_a_rank_that_lost_the_last_calls_result_is_brought_through_by_the_others
     """The switch dies sending the only call's result: ranks 0-2 return from it, rank 3 has no
     result. The others' close (one more call) times out too, and they redo the call on the
     ring with rank 3: it gets the exact sum instead of an IncTimeoutError."""
-    n = 4
-    topo = pool_topology(6, p4sim_server.port)
-    pool = JobPool(topo, [controlled], slots=32)
-    calls = [[np.full(INC_K, 10 * (r + 1), np.int32) for r in range(n)]]
-    events: list[tuple[int, FallbackEvent]] = []
-    try:
-        grant = pool.request([(f"10.0.0.{h}", INC_PORT) for h in range(1, n + 1)], WINDOW)
-        lease = pool_client.Lease(grant.job_id, grant.switch, grant.slot_base, grant.num_slots)
-        p4sim_server.crash_on_result_to = host(n).port
-        with InProcessFabric(p4sim_server, [host(h) for h in range(1, n + 1)]) as fabric:
-            agents = fallback_workers(fabric, lease, None, ring_job=1, give_up_after=0.5)
-            for r, a in enumerate(agents):
-                a.on_fallback = lambda e, r=r: events.append((r, e))
-            results = run_through_a_switch_loss(agents, calls, p4sim_server, p4sim_server.crashed, pipeline, topo)
-    finally:
-        pool.close()
-    log.info("fallbacks: %s", events)
+    calls = [[np.full(INC_K, 10 * (r + 1), np.int32) for r in range(4)]]
+    results, events = crash_on_the_last_ranks_result(controlled, p4sim_server, pipeline, calls)
     for ranked in results:
         np.testing.assert_array_equal(ranked[0], np.full(INC_K, 100, np.int32))
     assert sorted((r, e.call) for r, e in events) == [(0, 1), (1, 1), (2, 1), (3, 0)]
