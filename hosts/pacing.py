@@ -61,9 +61,9 @@ class CongestionWindow:
     """How many packets a sender may have in flight: AIMD with slow start (RFC 5681's shape).
 
     It starts at `limit` (the protocol's own window; nothing may exceed it) and only a loss
-    makes it smaller: `on_loss` halves it, once per round trip of data (call it with the
-    sequence number sent last; losses of packets sent before the cut do not cut again), and
-    `on_timeout` halves it every time. Each clean answer (`on_ack`) grows it: by one packet
+    makes it smaller, never below `minimum`: `on_loss` halves it, once per round trip of data
+    (call it with the sequence number sent last; losses of packets sent before the cut do not
+    cut again), and `on_timeout` halves it every time. Each clean answer (`on_ack`) grows it: by one packet
     below the slow-start threshold, by 1/cwnd above it, i.e. one packet per round trip.
     """
     limit: int
@@ -75,8 +75,9 @@ class CongestionWindow:
     _recover: int | None = field(default=None, repr=False)   # in recovery until this seq is answered
 
     def __post_init__(self) -> None:
-        if self.limit < 1 or not 0 < self.decrease < 1:
-            raise ValueError(f"need limit >= 1 and 0 < decrease < 1, not {self.limit} and {self.decrease}")
+        if self.limit < 1 or not 0 < self.decrease < 1 or not 1 <= self.minimum <= self.limit:
+            raise ValueError(f"need limit >= 1, 0 < decrease < 1 and 1 <= minimum <= limit, not {self.limit}, "
+                             f"{self.decrease} and {self.minimum}")
         self.cwnd = self.ssthresh = float(self.limit)
 
     @property

@@ -74,3 +74,15 @@ def test_every_timeout_cuts_the_window_down_to_one_packet() -> None:
     assert w.allowed == 1 and w.losses == 6
     with pytest.raises(ValueError):
         CongestionWindow(0)
+
+
+def test_a_window_with_a_floor_stops_there() -> None:
+    w = CongestionWindow(16, minimum=4)
+    for _ in range(6):
+        w.on_timeout(highest_sent=10)
+    assert w.allowed == 4 and w.losses == 6
+    w.on_ack(11)
+    assert w.allowed == 4 and 4 < w.cwnd < 4.3       # above ssthresh: one packet per round trip
+    for bad in (0, 17):
+        with pytest.raises(ValueError):
+            CongestionWindow(16, minimum=bad)
