@@ -8,8 +8,9 @@ import ipaddress
 import logging
 from collections import deque
 from dataclasses import dataclass
+from functools import partial
 
-from topologies.spec import Topology
+from topologies.spec import JobSpec, Topology
 
 from .control import (delete_multicast_groups, delete_table_entries, install_multicast_groups,
                       install_table_entries, read_table_entries)
@@ -21,6 +22,8 @@ from .switch import Switch
 log = logging.getLogger(__name__)
 
 INC_PORT = 48879                 # UDP port results are sent to unless a worker says otherwise
+AGG_MAC, AGG_IP = "02:00:00:00:00:fe", "10.0.0.254"   # the aggregator's; partials go to it
+JOB_LEAF = 0x80                  # added to set_job's num_workers on a leaf of a hierarchical job
 FLOOD_GROUP = 1                  # multicast group of every host-facing port (broadcast, ARP)
 JOB_GROUP_BASE = 0x100           # job j replicates through group JOB_GROUP_BASE + j
 MAX_WORKERS = 32                 # the contributor bitmap is 32 bits
@@ -45,13 +48,25 @@ class Worker:
 
 @dataclass(frozen=True)
 class Job:
-    """A job on the switch that aggregates it: its workers, group and slice of the slot pool."""
+    """A job on a switch that aggregates it: its workers, group and slice of the slot pool.
+
+    In a hierarchical job a leaf's `workers` are the job's workers cabled to it and its
+    `uplink` the switch that sums the leaves; that switch's `workers` are the leaves. A leaf
+    and the switch above it know each other by one id, after the job's worker ids, and
+    address each other with the aggregator's address.
+    """
     job_id: int
     workers: tuple[Worker, ...]
     mcast_group: int
     slot_base: int
     num_slots: int
     pool_size: int
+    uplink: Worker | None = None
+
+    @property
+    def members(self) -> tuple[Worker, ...]:
+        """Everyone the switch admits packets from and sends results to."""
+        return self.workers + ((self.uplink,) if self.uplink else ())
 
     @property
     def register_indices(self) -> list[int]:
@@ -89,16 +104,47 @@ def jobs_on_switch(topo: Topology, switch: str, pool: int) -> tuple[list[Job], l
             raise ControllerError(f"job {spec.job_id}: {len(spec.workers)} workers; a job has 1..{MAX_WORKERS}")
         if not 0 <= JOB_GROUP_BASE + spec.job_id <= 0xFFFF:
             raise ControllerError(f"job id {spec.job_id} is out of range (0..{0xFFFF - JOB_GROUP_BASE})")
-        aggregator = routes.aggregator([topo.host_port(w)[0] for w in spec.workers])
+        sources = [topo.host_port(w)[0] for w in spec.workers]
+        aggregator = routes.aggregator(sources)
+        job = partial(Job, spec.job_id, mcast_group=JOB_GROUP_BASE + spec.job_id, slot_base=i * share,
+                      num_slots=share, pool_size=pool)
+        cabled = tuple(Worker(w_id, h, routes.port_to_host(switch, h), topo.hosts[h].mac, topo.hosts[h].address)
+                       for w_id, h in enumerate(spec.workers) if switch == aggregator or sources[w_id] == switch)
+        leaves = _leaves(routes, spec, sources, aggregator) if spec.hierarchical else []
         if switch == aggregator:
-            workers = tuple(
-                Worker(w_id, h, routes.port_to_host(switch, h), topo.hosts[h].mac, topo.hosts[h].address)
-                for w_id, h in enumerate(spec.workers))
-            aggregated.append(Job(spec.job_id, workers, JOB_GROUP_BASE + spec.job_id,
-                                  i * share, share, pool))
-        elif routes.on_path(switch, [topo.host_port(w)[0] for w in spec.workers], aggregator):
+            aggregated.append(job(tuple(_member(routes, switch, leaf, len(spec.workers) + k)
+                                        for k, leaf in enumerate(leaves)) or cabled))
+        elif switch in leaves:
+            uplink = _member(routes, switch, aggregator, len(spec.workers) + leaves.index(switch))
+            aggregated.append(job(cabled, uplink=uplink))
+        elif routes.on_path(switch, sources, aggregator):
             forwarded.append(JobForward(spec.job_id, aggregator, routes.next_port(switch, aggregator)))
     return aggregated, forwarded
+
+
+def _leaves(routes: _Routes, spec: JobSpec, sources: list[str], aggregator: str) -> list[str]:
+    """The switches that sum a hierarchical job's workers below `aggregator`, in name order;
+    none when the workers share one switch (it sums them all)."""
+    leaves = sorted(set(sources) - {aggregator}, key=_natural)
+    if not leaves:
+        return []
+    if aggregator in sources:
+        raise ControllerError(f"job {spec.job_id}: hierarchical, but some workers are cabled to {aggregator}, "
+                              f"which sums the leaves; put them under a leaf or make the job flat")
+    far = [leaf for leaf in leaves if routes.hops(leaf, aggregator) != 1]
+    if far:
+        raise ControllerError(f"job {spec.job_id}: hierarchical, but {', '.join(far)} are not one hop "
+                              f"from {aggregator}, which sums the leaves; make the job flat")
+    if len(spec.workers) + len(leaves) > MAX_WORKERS:
+        raise ControllerError(f"job {spec.job_id}: {len(spec.workers)} workers and {len(leaves)} leaves "
+                              f"need more than {MAX_WORKERS} ids; make the job flat")
+    return leaves
+
+
+def _member(routes: _Routes, switch: str, other: str, member_id: int) -> Worker:
+    """The switch `other` as a member of a job on `switch`: a leaf below it, or the switch
+    above it, known to both by `member_id` and reached at the aggregator's address."""
+    return Worker(member_id, other, routes.next_port(switch, other), AGG_MAC, AGG_IP)
 
 
 def place_job(topo: Topology, hosts: list[str], allowed: set[str]) -> tuple[str, dict[str, int]] | None:
@@ -155,19 +201,19 @@ def forwarding_entries(topo: Topology, switch: str) -> tuple[list[TableEntry], l
 
 
 def job_entries(job: Job) -> tuple[list[TableEntry], MulticastGroup]:
-    """inc_job, one inc_worker and one inc_worker_addr per worker, and the job's group."""
+    """inc_job, one inc_worker and one inc_worker_addr per member, and the job's group."""
     entries = [TableEntry(INC_JOB, "MyIngress.set_job",
-                          {"num_workers": len(job.workers), "mcast_grp": job.mcast_group,
-                           "slot_base": job.slot_base, "num_slots": job.num_slots},
+                          {"num_workers": len(job.workers) | (JOB_LEAF if job.uplink else 0),
+                           "mcast_grp": job.mcast_group, "slot_base": job.slot_base, "num_slots": job.num_slots},
                           {"hdr.inc.job_id": job.job_id})]
-    for w in job.workers:
+    for w in job.members:
         entries.append(TableEntry(INC_WORKER, "MyIngress.admit_worker", {},
                                   {"hdr.inc.job_id": job.job_id, "hdr.inc.worker_id": w.worker_id,
                                    "standard_metadata.ingress_port": w.port}))
         entries.append(TableEntry(INC_WORKER_ADDR, "MyEgress.set_worker_addr",
                                   {"mac": w.mac, "ip": w.ip, "udp_port": w.udp_port},
                                   {"hdr.inc.job_id": job.job_id, "meta.dest_worker": w.worker_id}))
-    group = MulticastGroup(job.mcast_group, tuple(Replica(w.port, w.worker_id) for w in job.workers))
+    group = MulticastGroup(job.mcast_group, tuple(Replica(w.port, w.worker_id) for w in job.members))
     return entries, group
 
 
@@ -199,9 +245,9 @@ def install_job(sw: Switch, job: Job, slots_are_fresh: bool = False) -> bool:
     # Egress and admission first, inc_job last: a packet admitted finds everything it needs.
     install_table_entries(sw, entries[1:])
     install_table_entries(sw, entries[:1])
-    log.info("%s: job %d %s: %d workers, group %d, slots %d..%d", sw.name, job.job_id,
-             "admitted" if not admitted else "up to date", len(job.workers), job.mcast_group,
-             job.slot_base, job.slot_base + job.num_slots - 1)
+    log.info("%s: job %d %s: members %s, group %d, slots %d..%d", sw.name, job.job_id,
+             "admitted" if not admitted else "up to date", " ".join(w.host for w in job.members),
+             job.mcast_group, job.slot_base, job.slot_base + job.num_slots - 1)
     return not admitted
 
 

@@ -45,6 +45,7 @@ COLLECTIVES = {COLL_ALLREDUCE: "allreduce", COLL_REDUCE: "reduce", COLL_BROADCAS
 
 FLAG_OVERFLOW = 0x01
 FLAG_RESENT = 0x02
+FLAG_PARTIAL = 0x04              # between switches only: a leaf's partial sum, or a result for leaves
 
 HEADER_SIZE = 16
 ELEMENT_BYTES = 4 * INC_K
@@ -73,7 +74,7 @@ class Inc(Packet):
     fields_desc = [
         BitField("version", INC_VERSION, 4),
         BitEnumField("opcode", OP_CONTRIB, 4, OPCODES),
-        FlagsField("flags", 0, 8, ["overflow", "resent"]),
+        FlagsField("flags", 0, 8, ["overflow", "resent", "partial"]),
         ShortField("job_id", 0),
         ByteField("worker_id", 0),
         ByteField("count", None),            # None: the number of elements given

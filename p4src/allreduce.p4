@@ -4,7 +4,9 @@
 // max) per slot in registers and multicasts the result. The header's collective says who
 // gets the result's data: everyone (AllReduce, Broadcast), or the root alone while the others
 // get a header-only acknowledgement (Reduce, ReduceScatter) or everyone an acknowledgement
-// (Barrier). Everything else is forwarded as ordinary L2 traffic.
+// (Barrier). On a leaf-spine a job can be aggregated on two levels: each leaf sums its own
+// workers and sends the spine one partial per slot, the spine sums the leaves' partials and
+// sends its result down through the leaves. Everything else is forwarded as ordinary traffic.
 // Wire format and algorithm: docs/protocol.md.
 #include <core.p4>
 #include <v1model.p4>
@@ -43,6 +45,11 @@ const bit<8> REDUCE_MAX = 2;    // signed 32-bit maximum
 
 const bit<8> FLAG_OVERFLOW = 0x01;  // some element's int32 sum wrapped, or a worker said its values did not fit
 const bit<8> FLAG_RESENT   = 0x02;  // a stored result sent again to one worker
+const bit<8> FLAG_PARTIAL  = 0x04;  // between switches: a leaf's partial (up), or a result for leaves (down)
+
+// Added to set_job's num_workers on a leaf of a hierarchical job: a completed slot holds only
+// this leaf's partial, which goes up to the spine; the spine's result comes back down.
+const bit<8> JOB_LEAF = 0x80;
 
 #define INC_K 32                 // elements per packet: 32 x 32 bit = 128 B of tensor
 const bit<32> POOL_SIZE   = 512;               // slots per version, shared by all jobs
@@ -149,6 +156,7 @@ struct headers_t {
 struct metadata_t {
     // from the job table
     bit<8>  num_workers;
+    bool    leaf_job;        // a leaf of a hierarchical job (JOB_LEAF)
     bit<16> mcast_grp;
     bit<16> slot_base;
     bit<16> num_slots;
@@ -169,6 +177,7 @@ struct metadata_t {
     bool    inc_forwarded;   // an INC packet for a job aggregated further up: forward it as is
     bool    inc_reply;       // an INC result: egress addresses it to one worker
     bool    inc_multicast;   // ... the worker named by the replica's rid
+    bool    inc_up;          // ... a leaf's partial: only the replica to the spine leaves
     bit<8>  dest_worker;     // ... else this worker
 }
 
@@ -253,8 +262,8 @@ control MyIngress(inout headers_t hdr,
     counter(1, CounterType.packets) stale_drops;           // seq of another round than the slot's current one
     counter(1, CounterType.packets) duplicate_drops;       // worker already counted, round not complete
     counter(1, CounterType.packets) contributions;         // contributions added into a slot
-    counter(1, CounterType.packets) results_multicast;     // completed slots multicast to their job
-    counter(1, CounterType.packets) results_resent;        // stored results sent again to one worker
+    counter(1, CounterType.packets) results_multicast;     // completed slots multicast to their job (a leaf: partials up, results down)
+    counter(1, CounterType.packets) results_resent;        // stored results sent again to one worker (a leaf: its partial up)
     counter(1, CounterType.packets) arp_replies;           // ARP requests for AGG_IP answered
     counter(1, CounterType.packets) l2_miss_drops;         // no l2_forward entry for the destination MAC
     counter(1, CounterType.packets) forwarded_to_aggregator;  // INC packets passed on to the job's aggregating switch
@@ -327,7 +336,8 @@ control MyIngress(inout headers_t hdr,
     /*** Admission: the job and the worker, both installed by the controller ***/
 
     action set_job(bit<8> num_workers, bit<16> mcast_grp, bit<16> slot_base, bit<16> num_slots) {
-        meta.num_workers = num_workers;
+        meta.num_workers = num_workers & ~JOB_LEAF;
+        meta.leaf_job = (num_workers & JOB_LEAF) != 0;
         meta.mcast_grp = mcast_grp;
         meta.slot_base = slot_base;
         meta.num_slots = num_slots;
@@ -390,7 +400,7 @@ control MyIngress(inout headers_t hdr,
     action start_round() {
         meta.seen = meta.worker_bit;
         meta.count = 1;
-        meta.flags = hdr.inc.flags & FLAG_OVERFLOW;
+        meta.flags = hdr.inc.flags & (FLAG_OVERFLOW | FLAG_PARTIAL);
         meta.need = hdr.inc.need;
         slot_seq.write(meta.slot, hdr.inc.seq);
         FOR_EACH_ELEMENT(STORE_ELEMENT)
@@ -421,7 +431,7 @@ control MyIngress(inout headers_t hdr,
         FOR_EACH_ELEMENT(ADD_ELEMENT)
         meta.seen = meta.seen | meta.worker_bit;
         meta.count = meta.count + 1;
-        meta.flags = meta.flags | (hdr.inc.flags & FLAG_OVERFLOW)
+        meta.flags = meta.flags | (hdr.inc.flags & (FLAG_OVERFLOW | FLAG_PARTIAL))
                      | (meta.overflow_bits[31:31] == 1 && hdr.inc.reduce_op == REDUCE_SUM ? FLAG_OVERFLOW : 8w0);
         meta.need = ((int<8>)hdr.inc.need > (int<8>)meta.need) ? hdr.inc.need : meta.need;
         contributions.count(0);
@@ -515,7 +525,12 @@ control MyIngress(inout headers_t hdr,
             drop_bad_version();
             return;
         }
-        if ((hdr.inc.opcode != OP_CONTRIB && hdr.inc.opcode != OP_JOIN)
+        // Between the levels of a hierarchical job, partials go up as contributions and the
+        // spine's result comes down as a result; both carry FLAG_PARTIAL and always carry data.
+        bool partial = (hdr.inc.flags & FLAG_PARTIAL) != 0;
+        bool from_spine = partial && hdr.inc.opcode == OP_RESULT;
+        if ((hdr.inc.opcode != OP_CONTRIB && hdr.inc.opcode != OP_JOIN && !from_spine)
+                || (partial && hdr.inc.opcode == OP_JOIN)
                 || hdr.inc.count == 0 || hdr.inc.count > INC_K
                 || hdr.inc.reduce_op > REDUCE_MAX || hdr.inc.collective > COLL_BARRIER) {
             drop_malformed();
@@ -525,7 +540,7 @@ control MyIngress(inout headers_t hdr,
         // or from nobody (Barrier). A JOIN adds zeros, so Broadcast and Barrier must sum.
         bool sends_data = hdr.inc.collective == COLL_ALLREDUCE || hdr.inc.collective == COLL_REDUCE
             || (hdr.inc.collective == COLL_BROADCAST && hdr.inc.worker_id == (bit<8>)hdr.inc.root);
-        if (sends_data != (hdr.inc.opcode == OP_CONTRIB)
+        if ((!partial && sends_data != (hdr.inc.opcode == OP_CONTRIB))
                 || (hdr.inc.collective >= COLL_BROADCAST && hdr.inc.reduce_op != REDUCE_SUM)) {
             drop_malformed();
             return;
@@ -536,7 +551,10 @@ control MyIngress(inout headers_t hdr,
         if (meta.inc_forwarded) {
             return;
         }
-        if ((bit<8>)hdr.inc.root >= meta.num_workers) {
+        // Worker ids are the job's own on a switch its workers are cabled to; a leaf's workers
+        // and a spine's leaves are only some of them, so there the root cannot be checked.
+        if ((from_spine && !meta.leaf_job)
+                || (!meta.leaf_job && !partial && (bit<8>)hdr.inc.root >= meta.num_workers)) {
             drop_malformed();
             return;
         }
@@ -548,7 +566,6 @@ control MyIngress(inout headers_t hdr,
             drop_slot_out_of_range();
             return;
         }
-
         // Each slot has two copies; a worker flips pool_version each time it reuses the
         // slot, so the previous round's result stays available for retransmissions
         // while the next round fills the other copy.
@@ -569,6 +586,22 @@ control MyIngress(inout headers_t hdr,
         // cannot overwrite a result other workers may still need.
         bit<32> seq_delta = hdr.inc.seq - meta.stored_seq;
         bool complete = meta.count >= meta.num_workers;
+        // The spine's result, on a leaf, for the round this leaf completed: down to the leaf's
+        // workers, as it is. The leaf keeps only its partial; a worker that lost the result
+        // retransmits, and the leaf asks the spine again. The spine never contributes on a
+        // leaf, so a member already in the round's bitmap is a worker posing as the spine.
+        if (from_spine) {
+            if ((meta.seen & meta.worker_bit) != 0) {
+                drop_spoofed_worker();
+            } else if (!complete || seq_delta != 0) {
+                drop_stale();
+            } else {
+                meta.flags = hdr.inc.flags & (FLAG_OVERFLOW | FLAG_RESENT);
+                meta.need = hdr.inc.need;
+                multicast_result();
+            }
+            return;
+        }
         if (meta.count == 0 || (complete && seq_delta != 0 && seq_delta[31:31] == 0)) {
             start_round();
         } else if (seq_delta != 0) {
@@ -577,6 +610,13 @@ control MyIngress(inout headers_t hdr,
         } else if ((meta.seen & meta.worker_bit) != 0) {
             if (complete) {
                 resend_result();
+                // A leaf has its partial alone: it goes to the spine again, which answers
+                // with its stored result for all of this leaf's workers.
+                if (meta.leaf_job) {
+                    standard_metadata.mcast_grp = meta.mcast_grp;
+                    meta.inc_multicast = true;
+                    meta.inc_up = true;
+                }
             } else {
                 drop_duplicate();
             }
@@ -587,6 +627,7 @@ control MyIngress(inout headers_t hdr,
         write_slot();
         if (meta.count == meta.num_workers) {
             multicast_result();
+            meta.inc_up = meta.leaf_job;   // a leaf's sum is a partial: it goes to the spine
         } else {
             consume();
         }
@@ -638,10 +679,21 @@ control MyEgress(inout headers_t hdr,
                 meta.dest_worker = (bit<8>)standard_metadata.egress_rid;
             }
             inc_worker_addr.apply();
+            // A leaf's group holds its workers and the spine, whose address is the aggregator's:
+            // a partial goes to the spine alone, the spine's result to the workers alone.
+            if (meta.leaf_job && meta.inc_up != (hdr.ipv4.dstAddr == AGG_IP)) {
+                mark_to_drop(standard_metadata);
+                return;
+            }
+            if (meta.inc_up) {
+                hdr.inc.opcode = OP_CONTRIB;
+                hdr.inc.flags = hdr.inc.flags | FLAG_PARTIAL;
+            }
             // The data goes to every worker except: in a Reduce, to the root alone; in a
-            // Barrier, to nobody. The others get the header alone, as an ACK.
-            if (hdr.inc.collective == COLL_BARRIER
-                    || (hdr.inc.collective == COLL_REDUCE && meta.dest_worker != (bit<8>)hdr.inc.root)) {
+            // Barrier, to nobody. The others get the header alone, as an ACK. Between switches
+            // the data always goes: the leaves apply this rule for their workers.
+            if ((hdr.inc.flags & FLAG_PARTIAL) == 0 && (hdr.inc.collective == COLL_BARRIER
+                    || (hdr.inc.collective == COLL_REDUCE && meta.dest_worker != (bit<8>)hdr.inc.root))) {
                 hdr.inc.opcode = OP_ACK;
                 hdr.inc_data.setInvalid();
                 hdr.ipv4.totalLen = INC_HEADER_IPV4_LEN;

@@ -47,6 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="hosts of the star (2..8), or hosts per leaf of a leaf-spine (default: 4)")
     p.add_argument("--leaves", type=int, default=2, help="leaf switches of a leaf-spine (default: 2)")
     p.add_argument("--spines", type=int, default=1, help="spine switches of a leaf-spine (default: 1)")
+    p.add_argument("--flat", action="store_true",
+                   help="a leaf-spine's job is summed at the spine alone, the leaves only forward "
+                        "(default: each leaf sums its hosts and the spine sums the leaves)")
     p.add_argument("--target", choices=TARGETS, default=os.environ.get("TARGET", "p4sim"),
                    help="switch target (default: $TARGET or p4sim)")
     p.add_argument("--program", type=Path, default=DEFAULT_PROGRAM,
@@ -77,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.slow and args.target != "p4sim":
         parser.error(f"--slow slows p4sim down to BMv2's figures; --target {args.target} runs at its own speed")
+    if args.flat and args.topo != "leaf-spine":
+        parser.error("--flat chooses how a leaf-spine sums its job; a star has one switch")
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     setLogLevel("info" if args.verbose else "output")
@@ -117,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def build_topology(args: argparse.Namespace) -> Topology:
     if args.topo == "leaf-spine":
-        return leaf_spine(args.leaves, args.spines, args.hosts)
+        return leaf_spine(args.leaves, args.spines, args.hosts, hierarchical=not args.flat)
     return star(args.hosts)
 
 

@@ -94,9 +94,13 @@ class LinkSpec:
 
 @dataclass(frozen=True)
 class JobSpec:
-    """An AllReduce job; a worker's id is its position in `workers`."""
+    """An AllReduce job; a worker's id is its position in `workers`. A `hierarchical` job whose
+    workers sit under several switches is summed on two levels: each of those switches sums
+    its own workers and the switch above them all sums their partials (docs/protocol.md);
+    otherwise the switch above them all sums every worker's packets, the others forward."""
     job_id: int
     workers: tuple[str, ...]
+    hierarchical: bool = False
 
 
 @dataclass
@@ -130,7 +134,8 @@ class Topology:
                                   "thrift_port": s.thrift_port, "cpu_port": s.cpu_port}
                          for s in self.switches.values()},
             "links": [link.to_json() for link in self.links],
-            "jobs": [{"job_id": j.job_id, "workers": list(j.workers)} for j in self.jobs],
+            "jobs": [{"job_id": j.job_id, "workers": list(j.workers), **({"hierarchical": True} if j.hierarchical else {})}
+                     for j in self.jobs],
         }
 
     @classmethod
@@ -145,7 +150,8 @@ class Topology:
                                          int(s.get("cpu_port", CPU_PORT)))
                         for name, s in data.get("switches", {}).items()}
             links = [_link_from_json(item) for item in data.get("links", [])]
-            jobs = [JobSpec(int(j["job_id"]), tuple(j["workers"])) for j in data.get("jobs", [])]
+            jobs = [JobSpec(int(j["job_id"]), tuple(j["workers"]), _flag(j.get("hierarchical", False)))
+                    for j in data.get("jobs", [])]
         except TopologyError:
             raise
         except KeyError as e:
@@ -183,8 +189,10 @@ def star(n_hosts: int, *, grpc_port: int = GRPC_BASE_PORT, thrift_port: int = TH
 
 
 def leaf_spine(leaves: int, spines: int, hosts_per_leaf: int, *, grpc_port: int = GRPC_BASE_PORT,
-               thrift_port: int = THRIFT_BASE_PORT, job_id: int = 1) -> Topology:
+               thrift_port: int = THRIFT_BASE_PORT, job_id: int = 1, hierarchical: bool = True) -> Topology:
     """Leaves s1..sL and spines after them; leaf l's host j is 10.0.l.j/24 behind gateway 10.0.l.254.
+    One job of every host, summed by the leaves and the first spine (`hierarchical`), or by
+    the first spine alone.
 
     A leaf's hosts are on ports 1..H and its uplink to spine k on port H+k; a spine's
     port l goes to leaf l. As in the P4 tutorials, each host routes through its leaf
@@ -209,7 +217,13 @@ def leaf_spine(leaves: int, spines: int, hosts_per_leaf: int, *, grpc_port: int 
             links.append(LinkSpec(Endpoint(f"s{leaf}", hosts_per_leaf + k), Endpoint(spine, leaf)))
     switches = {f"s{i}": SwitchSpec(f"s{i}", i - 1, f"127.0.0.1:{grpc_port + i - 1}", thrift_port + i - 1)
                 for i in range(1, leaves + spines + 1)}
-    return Topology(hosts, switches, links, [JobSpec(job_id, tuple(hosts))])
+    return Topology(hosts, switches, links, [JobSpec(job_id, tuple(hosts), hierarchical)])
+
+
+def _flag(value: object) -> bool:
+    if not isinstance(value, bool):
+        raise TopologyError(f"a job's hierarchical is true or false, not {value!r}")
+    return value
 
 
 def _link_from_json(item: object) -> LinkSpec:

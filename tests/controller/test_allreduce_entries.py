@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from controller.allreduce import (BROADCAST, FLOOD_GROUP, INC_PORT, JOB_GROUP_BASE, forwarding_entries,
-                                  job_entries, jobs_on_switch)
+from controller.allreduce import (AGG_IP, AGG_MAC, BROADCAST, FLOOD_GROUP, INC_PORT, JOB_GROUP_BASE, JOB_LEAF,
+                                  forwarding_entries, job_entries, jobs_on_switch)
 from controller.entries import MulticastGroup, Replica, TableEntry
 from controller.errors import ControllerError
-from topologies.spec import JobSpec, Topology, leaf_spine, star
+from topologies.spec import Endpoint, HostSpec, JobSpec, LinkSpec, SwitchSpec, Topology, leaf_spine, star
 
 POOL = 512
 
@@ -76,8 +76,8 @@ def test_job_register_indices_cover_both_versions_of_its_slots():
     assert job.register_indices == [4, 5, 6, 7, 12, 13, 14, 15]
 
 
-def test_leaf_spine_job_is_aggregated_at_the_spine_and_passed_on_by_leaves():
-    topo = leaf_spine(2, 1, 2)   # s1, s2 leaves (hosts on 1..2, uplink 3); s3 spine
+def test_flat_leaf_spine_job_is_aggregated_at_the_spine_and_passed_on_by_leaves():
+    topo = leaf_spine(2, 1, 2, hierarchical=False)   # s1, s2 leaves (hosts on 1..2, uplink 3); s3 spine
     (job,), forwarded = jobs_on_switch(topo, "s3", POOL)
     assert forwarded == []
     assert [(w.host, w.port) for w in job.workers] == [("h1", 1), ("h2", 1), ("h3", 2), ("h4", 2)]
@@ -86,6 +86,60 @@ def test_leaf_spine_job_is_aggregated_at_the_spine_and_passed_on_by_leaves():
     for leaf in ("s1", "s2"):
         jobs, (fwd,) = jobs_on_switch(topo, leaf, POOL)
         assert jobs == [] and (fwd.job_id, fwd.aggregator, fwd.port) == (1, "s3", 3)
+
+
+def test_hierarchical_leaf_spine_job_is_summed_by_each_leaf_and_by_the_spine_over_the_leaves():
+    topo = leaf_spine(2, 2, 2)   # s1, s2 leaves (hosts on 1..2, uplinks 3 and 4); s3, s4 spines
+    (spine,), forwarded = jobs_on_switch(topo, "s3", POOL)
+    assert forwarded == [] and jobs_on_switch(topo, "s4", POOL) == ([], [])
+    # The spine's members are the leaves, ids 4 and 5 after the 4 workers', at the aggregator's address.
+    assert [(w.worker_id, w.host, w.port, w.mac, w.ip) for w in spine.members] == [
+        (4, "s1", 1, AGG_MAC, AGG_IP), (5, "s2", 2, AGG_MAC, AGG_IP)]
+    entries, group = job_entries(spine)
+    assert entries[0].action_params["num_workers"] == 2
+    assert group.replicas == (Replica(1, 4), Replica(2, 5))
+    for k, leaf in enumerate(("s1", "s2")):
+        (job,), forwarded = jobs_on_switch(topo, leaf, POOL)
+        assert forwarded == [] and (job.slot_base, job.num_slots) == (spine.slot_base, spine.num_slots)
+        assert [(w.worker_id, w.host, w.port) for w in job.workers] == [(2 * k, f"h{2 * k + 1}", 1),
+                                                                       (2 * k + 1, f"h{2 * k + 2}", 2)]
+        assert (job.uplink.worker_id, job.uplink.host, job.uplink.port, job.uplink.ip) == (4 + k, "s3", 3, AGG_IP)
+        entries, group = job_entries(job)
+        assert entries[0].action_params["num_workers"] == 2 | JOB_LEAF
+        assert group.replicas == (Replica(1, 2 * k), Replica(2, 2 * k + 1), Replica(3, 4 + k))
+        admitted = {(e.match["hdr.inc.worker_id"], e.match["standard_metadata.ingress_port"])
+                    for e in entries if e.table == "MyIngress.inc_worker"}
+        assert admitted == {(2 * k, 1), (2 * k + 1, 2), (4 + k, 3)}
+
+
+def test_hierarchical_job_under_one_leaf_is_summed_there_alone():
+    topo = leaf_spine(2, 1, 2)
+    topo = Topology(topo.hosts, topo.switches, topo.links, [JobSpec(1, ("h1", "h2"), hierarchical=True)])
+    (job,), _ = jobs_on_switch(topo, "s1", POOL)
+    assert job.uplink is None and [w.host for w in job.workers] == ["h1", "h2"]
+    assert jobs_on_switch(topo, "s3", POOL) == ([], [])
+
+
+def test_hierarchical_jobs_the_program_cannot_sum_are_refused_with_the_way_out():
+    base = leaf_spine(2, 1, 2)   # s1, s2 leaves; s3 spine
+    h9 = HostSpec("h9", "10.0.9.1/24", "08:00:00:00:09:01")
+    # A worker on the spine, which would sum it with the leaves' partials.
+    topo = Topology({**base.hosts, "h9": h9}, base.switches, [*base.links, LinkSpec(Endpoint("h9"), Endpoint("s3", 9))],
+                    [JobSpec(1, ("h1", "h3", "h9"), hierarchical=True)])
+    with pytest.raises(ControllerError, match="h9|cabled to s3, which sums the leaves.*make the job flat"):
+        jobs_on_switch(topo, "s1", POOL)
+    # A switch s4 behind leaf s1: the switch closest to s2 and s4 is s1, two hops from s2.
+    s4 = SwitchSpec("s4", 3, "127.0.0.1:50099", 9099)
+    topo = Topology({**base.hosts, "h9": h9}, {**base.switches, "s4": s4},
+                    [*base.links, LinkSpec(Endpoint("s4", 1), Endpoint("s1", 9)), LinkSpec(Endpoint("h9"), Endpoint("s4", 2))],
+                    [JobSpec(1, ("h3", "h9"), hierarchical=True)])
+    with pytest.raises(ControllerError, match="s2 are not one hop from s1, which sums the leaves.*make the job flat"):
+        jobs_on_switch(topo, "s3", POOL)
+    # 31 workers under 3 leaves: 34 ids.
+    big = leaf_spine(3, 1, 11)
+    topo = Topology(big.hosts, big.switches, big.links, [JobSpec(1, tuple(big.hosts)[:31], hierarchical=True)])
+    with pytest.raises(ControllerError, match="31 workers and 3 leaves need more than 32 ids.*make the job flat"):
+        jobs_on_switch(topo, "s4", POOL)
 
 
 def test_leaf_routes_only_other_subnets_and_spine_routes_every_host():

@@ -1,7 +1,7 @@
 """Fabrics set up by the controller, end to end without Mininet: in-process p4sim switches,
 each behind its own P4Runtime server on loopback, cabled in Python by the topology's links.
-A leaf-spine sums both leaves' workers at the spine and routes IPv4 across; two jobs on
-one star stay apart. numpy and Scapy-built packets are the oracles."""
+A leaf-spine sums both leaves' workers (on two levels or at the spine) and routes IPv4
+across; two jobs on one star stay apart. numpy and Scapy-built packets are the oracles."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -30,8 +30,10 @@ class Fabric:
     topo: Topology
     switches: dict[str, P4simSwitch]
 
-    def send(self, host: str, frame: bytes) -> list[tuple[str, bytes]]:
-        """Every frame that reaches a host after `host` sends `frame`, as (host, bytes)."""
+    def send(self, host: str, frame: bytes,
+             lose: Callable[[str, int, bytes], bool] | None = None) -> list[tuple[str, bytes]]:
+        """Every frame that reaches a host after `host` sends `frame`, as (host, bytes); a
+        frame a switch sends out of a port is lost where `lose(switch, port, frame)` says so."""
         cables = {}
         for link in self.topo.links:
             cables[(link.a.node, link.a.port)] = (link.b.node, link.b.port)
@@ -46,7 +48,8 @@ class Fabric:
                     arrived.append((node, data))
                     continue
                 for out_port, out in self.switches[node].process(port, data):
-                    step.append(cables[(node, out_port)] + (out,))
+                    if lose is None or not lose(node, out_port, out):
+                        step.append(cables[(node, out_port)] + (out,))
             in_flight = step
         pytest.fail(f"frames still in flight after {MAX_HOPS} hops")
 
@@ -77,10 +80,10 @@ def make_fabric(pipeline: Pipeline) -> Iterator[Callable[[Topology], Fabric]]:
             server.stop(0).wait()
 
 
-@pytest.fixture
-def fabric(make_fabric: Callable[[Topology], Fabric]) -> Fabric:
-    """leaf_spine(2 leaves, 1 spine, 2 hosts per leaf)."""
-    return make_fabric(leaf_spine(2, 1, 2))
+@pytest.fixture(params=[True, False], ids=["hierarchical", "flat"])
+def fabric(request: pytest.FixtureRequest, make_fabric: Callable[[Topology], Fabric]) -> Fabric:
+    """leaf_spine(2 leaves, 1 spine, 2 hosts per leaf), its job summed on both levels or by the spine."""
+    return make_fabric(leaf_spine(2, 1, 2, hierarchical=request.param))
 
 
 def contribution(topo: Topology, host: str, worker: int, elements: np.ndarray, job_id: int = 1) -> bytes:
@@ -90,7 +93,7 @@ def contribution(topo: Topology, host: str, worker: int, elements: np.ndarray, j
                  Inc(job_id=job_id, worker_id=worker, slot=0, seq=0, elements=elements.tolist()))
 
 
-def test_contributions_from_both_leaves_are_summed_at_the_spine_and_sent_to_every_worker(fabric):
+def test_contributions_from_both_leaves_are_summed_and_sent_to_every_worker(fabric):
     topo = fabric.topo
     workers = list(topo.jobs[0].workers)
     rng = np.random.default_rng(0)
@@ -109,7 +112,9 @@ def test_contributions_from_both_leaves_are_summed_at_the_spine_and_sent_to_ever
 
 
 def test_reduce_broadcast_and_barrier_cross_the_leaves_as_joins_and_acks(fabric):
-    """The spine runs the other collectives; leaves pass header-only JOINs up and ACKs down."""
+    """The other collectives across both leaves: each worker gets what it would on one switch
+    (flat: the leaves pass JOINs up and ACKs down; hierarchical: partials and results carry data
+    between the switches, and each leaf decides what its workers get)."""
     topo = fabric.topo
     workers = list(topo.jobs[0].workers)
     n, root = len(workers), len(workers) - 1            # the root sits under the other leaf than worker 0

@@ -39,8 +39,8 @@ def fabrics(base_dir: Path) -> Iterator[StarFactory]:
     started: list[Fabric] = []
 
     def make(n_hosts: int, *, impairment: Impairment | None = None, target: str = "p4sim",
-             slow: str | None = None, leaves: int = 0) -> Fabric:
-        topo = shape(n_hosts, leaves)
+             slow: str | None = None, leaves: int = 0, flat: bool = False) -> Fabric:
+        topo = shape(n_hosts, leaves, flat)
         options = FabricOptions(target=target, build_dir=base_dir / f"fabric{len(started)}",
                                 impairment=impairment, slow=slow)
         fabric = Fabric(topo, options)
@@ -57,14 +57,16 @@ def fabrics(base_dir: Path) -> Iterator[StarFactory]:
     assert not leaked, f"the fabric left these behind: {leaked}"
 
 
-def shape(n_hosts: int, leaves: int) -> Topology:
+def shape(n_hosts: int, leaves: int, flat: bool = False) -> Topology:
     """A star of `n_hosts`, or (`leaves` > 0) a leaf-spine of that many leaves of `n_hosts`
-    each under one spine; every switch on free gRPC and Thrift ports."""
+    each under one spine (its job summed by the spine alone if `flat`, else on both levels);
+    every switch on free gRPC and Thrift ports."""
     if not leaves:
         return star(n_hosts, grpc_port=free_port(), thrift_port=free_port())
     # leaf_spine numbers its switches' ports up from the base: find a free run of them.
     base = free_run(leaves + 1)
-    return leaf_spine(leaves, 1, n_hosts, grpc_port=base, thrift_port=free_run(leaves + 1, avoid=base))
+    return leaf_spine(leaves, 1, n_hosts, grpc_port=base, thrift_port=free_run(leaves + 1, avoid=base),
+                      hierarchical=not flat)
 
 
 def free_run(length: int, avoid: int | None = None) -> int:
@@ -134,13 +136,14 @@ class IncStar:
 
 
 @contextmanager
-def inc_fabric(base: Path, n_hosts: int, target: str, slow: str | None = None, leaves: int = 0) -> Iterator[IncStar]:
+def inc_fabric(base: Path, n_hosts: int, target: str, slow: str | None = None, leaves: int = 0,
+               flat: bool = False) -> Iterator[IncStar]:
     """Compile allreduce.p4 for `target`, start a star on it (or a leaf-spine of `leaves`
     leaves of `n_hosts`; p4sim slowed to the `slow` preset, if given), let the controller set
     it up and run the hosts' commands (a leaf-spine's hosts route through their leaf)."""
     program = compile_program(target, DEFAULT_PROGRAM, base / "program")
     with fabrics(base) as make:
-        fabric = make(n_hosts, target=target, slow=slow, leaves=leaves)
+        fabric = make(n_hosts, target=target, slow=slow, leaves=leaves, flat=flat)
         setup_controller(fabric.options.topology_path, base / "program", program, target)
         fabric.run_host_commands()
         yield IncStar(fabric, base / "tensors")
@@ -160,9 +163,17 @@ def inc_star(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
 @pytest.fixture(scope="module")
 def inc_leaf_spine(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[IncStar]:
     """A p4sim leaf-spine, 2 leaves of `request.param` hosts (parametrize it indirectly) under
-    one spine s3, running allreduce.p4 as the controller sets it up. Module-scoped, like `inc_star`."""
+    one spine s3, running allreduce.p4 as the controller sets it up: each leaf sums its hosts,
+    the spine the leaves' partials. Module-scoped, like `inc_star`."""
     n = getattr(request, "param", 2)
     with inc_fabric(tmp_path_factory.mktemp(f"inc_leaf_spine{n}"), n, "p4sim", leaves=2) as fabric:
+        yield fabric
+
+
+@pytest.fixture(scope="module")
+def inc_flat_leaf_spine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IncStar]:
+    """As `inc_leaf_spine` with 2 hosts per leaf, but the spine sums every worker's packets."""
+    with inc_fabric(tmp_path_factory.mktemp("inc_flat_leaf_spine"), 2, "p4sim", leaves=2, flat=True) as fabric:
         yield fabric
 
 

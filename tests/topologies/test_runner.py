@@ -26,6 +26,16 @@ def test_slow_is_only_for_p4sim(capsys):
     assert "--slow slows p4sim down to BMv2's figures; --target bmv2 runs at its own speed" in capsys.readouterr().err
 
 
+def test_flat_is_only_for_a_leaf_spine_which_is_otherwise_summed_on_two_levels(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        run.main(["--flat", "--demo"])
+    assert exit_info.value.code == 2
+    assert "--flat chooses how a leaf-spine sums its job; a star has one switch" in capsys.readouterr().err
+    parser = run.build_parser()
+    assert run.build_topology(parser.parse_args(["--topo", "leaf-spine"])).jobs[0].hierarchical
+    assert not run.build_topology(parser.parse_args(["--topo", "leaf-spine", "--flat"])).jobs[0].hierarchical
+
+
 def test_p4sim_compile_writes_p4info_and_device_config(tmp_path):
     source = Path(__file__).parents[1] / "p4programs" / "ipv4_router.p4"
     assert compile_program("p4sim", source, tmp_path) == "ipv4_router"

@@ -72,6 +72,16 @@ def test_leaf_spine_wires_hosts_below_and_spines_above_each_leaf():
     assert Topology.from_dict(topo.to_dict()) == topo
 
 
+def test_a_leaf_spine_job_is_hierarchical_unless_asked_flat_and_the_json_says_so():
+    assert leaf_spine(2, 1, 2).to_dict()["jobs"] == [{"job_id": 1, "workers": ["h1", "h2", "h3", "h4"],
+                                                      "hierarchical": True}]
+    assert "hierarchical" not in leaf_spine(2, 1, 2, hierarchical=False).to_dict()["jobs"][0]
+    data = leaf_spine(2, 1, 2).to_dict()
+    data["jobs"][0]["hierarchical"] = "yes"
+    with pytest.raises(TopologyError, match="hierarchical is true or false, not 'yes'"):
+        Topology.from_dict(data)
+
+
 def test_endpoint_text_is_a_host_or_a_switch_port():
     assert Endpoint.parse("h1") == Endpoint("h1")
     assert Endpoint.parse("s12-p3") == Endpoint("s12", 3)
