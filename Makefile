@@ -50,7 +50,7 @@ demo: $(VENV_STAMP)
 	$(RUN) --demo
 
 test: $(VENV_STAMP)
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest --target $(TARGET) $(PYTEST_ARGS)
 
 # p4sim's packet rate, a worker's packet rate, the latency budget of one 256 B INC call, then
 # INC vs ring vs MPI_Allreduce in Mininet from 64 B to 4 MiB (about 20 minutes on 2 cores),

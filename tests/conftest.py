@@ -1,5 +1,5 @@
 """Project-wide test setup: tests marked `mininet`, `impairment` or `bmv2` skip, naming exactly
-the tool they lack; every test fails if it leaves threads, child processes, network namespaces
+the tool they lack; `--target bmv2` runs the Mininet fabric tests on BMv2 instead of p4sim; every test fails if it leaves threads, child processes, network namespaces
 or veths behind; SIGTERM unwinds like Ctrl-C.
 """
 from __future__ import annotations
@@ -48,6 +48,22 @@ def bmv2_missing() -> str | None:
         return (f"needs BMv2 1.15.0 and p4c 1.2.4.0: {' and '.join(missing)} not on PATH "
                 "(the default target is p4sim; README.md, Targets)")
     return None
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--target", choices=("p4sim", "bmv2"), default="p4sim",
+                     help="the switch the Mininet fabric tests run on (make test TARGET=bmv2); "
+                          "bmv2 needs simple_switch_grpc and p4c on PATH, else those tests skip")
+
+
+@pytest.fixture(scope="session")
+def switch_target(request: pytest.FixtureRequest) -> str:
+    """The target of `--target`; a test using it skips when that is BMv2 and BMv2 is absent."""
+    target = request.config.getoption("--target")
+    reason = bmv2_missing() if target == "bmv2" else None
+    if reason:
+        pytest.skip(reason)
+    return target
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

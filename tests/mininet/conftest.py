@@ -150,30 +150,36 @@ def inc_fabric(base: Path, n_hosts: int, target: str, slow: str | None = None, l
 
 
 @pytest.fixture(scope="module")
-def inc_star(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[IncStar]:
-    """A p4sim star of `request.param` hosts (parametrize it indirectly) running allreduce.p4.
+def inc_star(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+             switch_target: str) -> Iterator[IncStar]:
+    """A star of `request.param` hosts (parametrize it indirectly) running allreduce.p4 on the
+    `--target` switch (p4sim unless asked).
 
     Module-scoped: pytest groups a module's tests by N, so each N starts one fabric.
     """
     n = getattr(request, "param", 4)
-    with inc_fabric(tmp_path_factory.mktemp(f"inc_star{n}"), n, "p4sim") as star_net:
+    with inc_fabric(tmp_path_factory.mktemp(f"inc_star{n}"), n, switch_target) as star_net:
         yield star_net
 
 
 @pytest.fixture(scope="module")
-def inc_leaf_spine(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[IncStar]:
-    """A p4sim leaf-spine, 2 leaves of `request.param` hosts (parametrize it indirectly) under
+def inc_leaf_spine(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+                   switch_target: str) -> Iterator[IncStar]:
+    """A leaf-spine on the `--target` switch, 2 leaves of `request.param` hosts (parametrize it indirectly) under
     one spine s3, running allreduce.p4 as the controller sets it up: each leaf sums its hosts,
     the spine the leaves' partials. Module-scoped, like `inc_star`."""
     n = getattr(request, "param", 2)
-    with inc_fabric(tmp_path_factory.mktemp(f"inc_leaf_spine{n}"), n, "p4sim", leaves=2) as fabric:
+    with inc_fabric(tmp_path_factory.mktemp(f"inc_leaf_spine{n}"), n, switch_target, leaves=2) as fabric:
         yield fabric
 
 
 @pytest.fixture(scope="module")
-def inc_flat_leaf_spine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IncStar]:
-    """As `inc_leaf_spine` with 2 hosts per leaf, but the spine sums every worker's packets."""
-    with inc_fabric(tmp_path_factory.mktemp("inc_flat_leaf_spine"), 2, "p4sim", leaves=2, flat=True) as fabric:
+def inc_flat_leaf_spine(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+                        switch_target: str) -> Iterator[IncStar]:
+    """As `inc_leaf_spine`, but the spine sums every worker's packets and the leaves forward."""
+    n = getattr(request, "param", 2)
+    with inc_fabric(tmp_path_factory.mktemp(f"inc_flat_leaf_spine{n}"), n, switch_target, leaves=2,
+                    flat=True) as fabric:
         yield fabric
 
 

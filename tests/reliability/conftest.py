@@ -133,10 +133,10 @@ def p4sim_server() -> Iterator[InProcessP4sim]:
 
 
 @pytest.fixture(scope="module")
-def star(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201 - an IncStar; Mininet imported only here
-    """A p4sim star of 4 hosts set up by the controller (tests/mininet/conftest.py's inc_fabric)."""
+def star(tmp_path_factory: pytest.TempPathFactory, switch_target: str):  # noqa: ANN201 - an IncStar; Mininet imported only here
+    """A star of 4 hosts on the `--target` switch set up by the controller (tests/mininet/conftest.py's inc_fabric)."""
     from tests.mininet.conftest import inc_fabric
-    with inc_fabric(tmp_path_factory.mktemp("star"), 4, "p4sim") as net:
+    with inc_fabric(tmp_path_factory.mktemp("star"), 4, switch_target) as net:
         yield net
 
 

@@ -37,11 +37,11 @@ DRAIN_S = 1.0               # a paused job's last packets through the switch: a 
 
 
 @pytest.fixture
-def star(tmp_path: Path):  # noqa: ANN201 - an IncStar
-    """A p4sim star of 4 hosts of this test's own: the kill test leaves a new switch process,
-    which must be stopped before the test's leak check, not by a module's fixture after it."""
+def star(tmp_path: Path, switch_target: str):  # noqa: ANN201 - an IncStar
+    """A star of 4 hosts on the `--target` switch, of this test's own: the kill test leaves a new
+    switch process, which must be stopped before the test's leak check, not by a module's fixture after it."""
     from tests.mininet.conftest import inc_fabric
-    with inc_fabric(tmp_path / "star", 4, "p4sim") as net:
+    with inc_fabric(tmp_path / "star", 4, switch_target) as net:
         yield net
 
 
