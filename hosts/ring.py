@@ -107,6 +107,9 @@ class RingWorker:
     _unacked: dict[int, _Unacked] = field(default_factory=dict, repr=False)    # by seq, to the next rank
     _received: dict[int, np.ndarray] = field(default_factory=dict, repr=False)  # by seq, not yet consumed
     _cumulative: int = field(default=0, repr=False)   # every chunk below this seq has arrived
+    # Seqs received above the cumulative one, what an ack's bitmap lists: kept apart from
+    # `_received`, so an ack costs the chunks out of order (none when in order), not the step's.
+    _out_of_order: set[int] = field(default_factory=set, repr=False)
     _ack_pending: int = field(default=0, repr=False)  # in-order chunks since the last ack
     _ack_due: float = field(default=float("inf"), repr=False)
     _cv: threading.Condition = field(default_factory=threading.Condition, repr=False)
@@ -340,11 +343,13 @@ class RingWorker:
             return
         seq = header.seq
         with self._cv:
-            fresh = seq >= self._cumulative and seq not in self._received
-            in_order = fresh and seq == self._cumulative
+            in_order = seq == self._cumulative
+            fresh = in_order or (seq > self._cumulative and seq not in self._out_of_order)
             if fresh:
                 self._received[seq] = elements
-                while self._cumulative in self._received:
+                self._out_of_order.add(seq)
+                while self._cumulative in self._out_of_order:
+                    self._out_of_order.remove(self._cumulative)
                     self._cumulative += 1
                 self._cv.notify_all()
             if in_order:
@@ -359,7 +364,7 @@ class RingWorker:
         with self._cv:
             cumulative = self._cumulative
             bits = np.zeros(SACK_SEQS, np.uint8)
-            above = [s - cumulative - 1 for s in self._received if 0 < s - cumulative <= SACK_SEQS]
+            above = [s - cumulative - 1 for s in self._out_of_order if s - cumulative <= SACK_SEQS]
             bits[above] = 1
             self._ack_pending, self._ack_due = 0, float("inf")
             self.stats.acks += 1
@@ -384,8 +389,12 @@ class RingWorker:
                 self.cwnd.on_ack(s)
             if released:
                 self._cv.notify_all()
+            if len(sacked) < DUP_THRESHOLD:
+                return
+            # Below the DUP_THRESHOLD-th highest seq acked, a chunk has that many acked above it.
+            hole_below = sorted(sacked)[-DUP_THRESHOLD]
             for seq, u in self._unacked.items():
-                if u.tries == 1 and sum(1 for s in sacked if s > seq) >= DUP_THRESHOLD:
+                if u.tries == 1 and seq < hole_below:
                     self.cwnd.on_loss(self._send_next - 1)
                     self._resend(u, nxt, now)
 

@@ -3,19 +3,20 @@ allreduce.p4 (forwarding only), with lost, duplicated and reordered packets, che
 against numpy's sum."""
 from __future__ import annotations
 
+import queue
 import random
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import pytest
 from p4sim import Switch
 
-from hosts.inc import INC_K
+from hosts.inc import INC_K, OP_RING, OP_RING_ACK, IncHeader, pack, unpack
 from hosts.inprocess import Faults, InProcessFabric
-from hosts.ring import RingConfig, RingStats, RingWorker
+from hosts.ring import SACK_SEQS, RingConfig, RingStats, RingWorker
 from hosts.transport import UdpPeerTransport
 from tests.hosts.conftest import counter, host, install_forwarding
 
@@ -253,3 +254,117 @@ def test_ring_through_allreduce_p4_only_forwards(switch: Switch) -> None:
                if name != "MyIngress.l2_miss_drops")
     assert counter(switch, "MyIngress.l2_miss_drops") == 0
     assert switch.stats["tx"] > 0
+
+
+
+class QueuePeers:
+    """A PeerTransport fed by the test: `inbox` is what the worker receives, `sent` what it
+    sends, as (peer, payload)."""
+
+    def __init__(self) -> None:
+        self.inbox: queue.Queue[bytes] = queue.Queue()
+        self.sent: queue.Queue[tuple[int, bytes]] = queue.Queue()
+
+    def send_to(self, peer: int, payload: bytes) -> None:
+        self.sent.put((peer, payload))
+
+    def recv(self, timeout: float) -> bytes | None:
+        try:
+            return self.inbox.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
+    def close(self) -> None:
+        pass
+
+    def chunk(self, seq: int) -> None:
+        """Rank 0's chunk `seq` to rank 1, its elements all `seq`."""
+        self.inbox.put(pack(IncHeader(opcode=OP_RING, job_id=1, worker_id=0, count=INC_K, slot=0, pool_version=0,
+                                      seq=seq), np.full(INC_K, seq, np.int32)))
+
+    def expect_ack(self, cumulative: int, above: list[int]) -> np.ndarray:
+        """Check the next ack sent back to rank 0 against docs/protocol.md: the cumulative seq,
+        and a bitmap whose bit i of element w is chunk cumulative + 1 + 32w + i; its words."""
+        peer, payload = self.sent.get(timeout=5)
+        header, elements = unpack(payload)
+        assert (peer, header.opcode, header.worker_id, header.seq) == (0, OP_RING_ACK, 1, cumulative)
+        expected = np.zeros(SACK_SEQS // 32, np.uint32)
+        for s in above:
+            d = s - cumulative - 1
+            expected[d // 32] |= np.uint32(1 << (d % 32))
+        words = elements.view(np.uint32)
+        np.testing.assert_array_equal(words, expected)
+        return words
+
+
+def quiet_rank_one(peers: QueuePeers) -> RingWorker:
+    """Rank 1 of 2, acking every 8 in-order chunks; its delayed ack would wait 1.5 s, longer
+    than any test here takes to send the next chunk."""
+    return RingWorker(RingConfig(job_id=1, rank=1, num_workers=2, window=16, timeout=2.0, ack_delay=1.5,
+                                 max_rto=4.0), peers)
+
+
+def test_ack_bitmap_lists_exactly_the_chunks_received_above_the_hole() -> None:
+    """Out-of-order and duplicate chunks are acked at once, listing the chunks above the
+    cumulative seq up to the bitmap's last bit (not the one after it); the chunks are then
+    delivered in seq order."""
+    peers = QueuePeers()
+    worker = quiet_rank_one(peers)
+    try:
+        for s in (0, 1, 3):
+            peers.chunk(s)
+        peers.expect_ack(2, [3])
+        peers.chunk(40)
+        peers.expect_ack(2, [3, 40])
+        peers.chunk(2)       # fills the hole: 0..3 in order, 40 still above it
+        peers.chunk(3)       # seen before: the sender may lack an ack
+        peers.expect_ack(4, [40])
+        last_bit = 4 + SACK_SEQS
+        peers.chunk(last_bit + 1)
+        peers.expect_ack(4, [40])
+        peers.chunk(last_bit)
+        assert peers.expect_ack(4, [40, last_bit])[-1] == 1 << 31
+        for s in range(4, 40):
+            peers.chunk(s)
+        delivered = worker.broadcast(np.zeros((41, INC_K), np.int32), root=0)
+        np.testing.assert_array_equal(delivered, np.repeat(np.arange(41, dtype=np.int32)[:, None], INC_K, axis=1))
+    finally:
+        worker.close(linger=0)
+
+
+class LooksCounted(dict[int, np.ndarray]):
+    """The received chunks, counting the entries anything walks through."""
+
+    looks = 0
+
+    def __iter__(self) -> Iterator[int]:
+        for key in super().__iter__():
+            self.looks += 1
+            yield key
+
+    def keys(self) -> Iterator[int]:  # type: ignore[override]
+        return iter(self)
+
+    def items(self) -> Iterator[tuple[int, np.ndarray]]:  # type: ignore[override]
+        return ((k, self[k]) for k in self)
+
+    def values(self) -> Iterator[np.ndarray]:  # type: ignore[override]
+        return (self[k] for k in self)
+
+
+def test_acks_of_in_order_chunks_look_at_none_of_the_received_chunks() -> None:
+    """An ack costs the chunks out of order, not the step's: 400 chunks in order, held
+    unconsumed, get their 50 acks (one per 8, nothing above the cumulative seq) without a walk
+    over the received chunks (listing them for every ack was quadratic in a step's chunks)."""
+    peers = QueuePeers()
+    worker = quiet_rank_one(peers)
+    received = LooksCounted()
+    worker._received = received
+    try:
+        for s in range(400):
+            peers.chunk(s)
+        for k in range(1, 51):
+            peers.expect_ack(8 * k, [])
+        assert received.looks == 0 and len(received) == 400
+    finally:
+        worker.close(linger=0)
