@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from topologies.fabric import TOPOLOGY_FILE
+from topologies.fabric import TOPOLOGY_FILE, unimpair_switch_links
 from topologies.procs import end, recorded
 from topologies.spec import Topology, TopologyError
 
@@ -35,23 +35,31 @@ def clean(build_dir: Path) -> list[str]:
             removed.append(f"process {rec.pid} ({rec.marker})")
         # An interactive shell ignores SIGTERM; SIGHUP is how Mininet ends its node shells.
         end(rec, first=signal.SIGHUP if "mininet:" in rec.marker else signal.SIGTERM)
-    for name in _present_intfs(build_dir, None):
+    topo = _topology(build_dir)
+    if topo is not None:
+        unimpair_switch_links(topo)     # the loss rules on switch links live in the root namespace
+    for name in _present_intfs(build_dir, topo):
         # Deleting one end of a veth deletes its peer in the host namespace too.
         subprocess.run(["ip", "link", "del", name], check=False, capture_output=True)
         removed.append(f"interface {name}")
     return removed
 
 
+def _topology(build_dir: Path) -> Topology | None:
+    path = build_dir / TOPOLOGY_FILE
+    if not path.exists():
+        return None
+    try:
+        return Topology.load(path)
+    except TopologyError as e:
+        log.warning("cannot tell which interfaces are ours: %s", e)
+        return None
+
+
 def _present_intfs(build_dir: Path, topo: Topology | None) -> list[str]:
+    topo = topo or _topology(build_dir)
     if topo is None:
-        path = build_dir / TOPOLOGY_FILE
-        if not path.exists():
-            return []
-        try:
-            topo = Topology.load(path)
-        except TopologyError as e:
-            log.warning("cannot tell which interfaces are ours: %s", e)
-            return []
+        return []
     return [name for name in topo.switch_intfs() if Path("/sys/class/net", name).exists()]
 
 

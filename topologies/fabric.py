@@ -49,14 +49,16 @@ class FabricError(RuntimeError):
 
 @dataclass(frozen=True)
 class Impairment:
-    """Random loss on every host link, both directions; duplication and reordering host -> switch."""
+    """Random loss on every host link, both directions; duplication and reordering host -> switch;
+    random loss on every link between two switches, both directions (`switch_loss_pct`)."""
     loss_pct: float = 0.0
     duplicate_pct: float = 0.0
     reorder_pct: float = 0.0
+    switch_loss_pct: float = 0.0
 
     def __post_init__(self) -> None:
         for name, pct in (("loss", self.loss_pct), ("duplicate", self.duplicate_pct),
-                          ("reorder", self.reorder_pct)):
+                          ("reorder", self.reorder_pct), ("switch link loss", self.switch_loss_pct)):
             if not 0.0 <= pct < 100.0:
                 raise FabricError(f"{name} must be a percentage in [0, 100), not {pct}")
 
@@ -74,6 +76,19 @@ class Impairment:
             lines += [f"  chain {hook} {{", f'    type filter hook {hook} device "{intf}" priority 0;',
                       *(f"    {rule}" for rule in rules), "  }"]
         return "\n".join(lines + ["}", ""])
+
+    def switch_link_ruleset(self, intf: str) -> str:
+        """A switch port's table (in the root namespace, where switch ports live): loss on
+        arrival, so the tables at both ends of a link cover both directions."""
+        return "\n".join([f"table netdev {switch_table(intf)} {{", "  chain ingress {",
+                          f'    type filter hook ingress device "{intf}" priority 0;',
+                          f"    numgen random mod 10000 < {round(self.switch_loss_pct * 100)} counter drop",
+                          "  }", "}", ""])
+
+
+def switch_table(intf: str) -> str:
+    """The nftables table of a switch port's impairment (table names take no '-')."""
+    return f"{IMPAIR_TABLE}_{intf.replace('-', '_')}"
 
 
 @dataclass(frozen=True)
@@ -156,6 +171,7 @@ class Fabric:
             rec.path.unlink(missing_ok=True)
         self._children.clear()
         try:
+            unimpair_switch_links(self.topo)
             if self.net is not None:
                 self.net.stop()
         finally:
@@ -211,7 +227,8 @@ class Fabric:
                     node.cmd(f"sysctl -qw net.ipv6.conf.{intf.name}.disable_ipv6=1")
 
     def impair(self, impairment: Impairment | None) -> None:
-        """Replace the loss/duplication/reordering rules on every host link (None: none)."""
+        """Replace the loss/duplication/reordering rules on every host link and the loss rules
+        on every link between switches (None: none)."""
         had_lanes = self._impairment is not None and self._impairment.reorder_pct > 0
         self._impairment = impairment
         for spec in self.topo.hosts.values():
@@ -229,15 +246,34 @@ class Fabric:
             out, _ = proc.communicate(impairment.nft_ruleset(spec.intf))
             if proc.returncode != 0:
                 raise FabricError(f"{spec.name}: cannot set loss/duplication on {spec.intf} with nft: {out.strip()}")
+        unimpair_switch_links(self.topo)
+        if impairment is not None and impairment.switch_loss_pct:
+            for intf in self.topo.switch_link_intfs():
+                done = subprocess.run(["nft", "-f", "-"], input=impairment.switch_link_ruleset(intf), text=True,
+                                      capture_output=True, check=False)
+                if done.returncode != 0:
+                    raise FabricError(f"cannot set loss on {intf} with nft: {done.stderr.strip()}")
 
     def impairment_counts(self) -> dict[str, int]:
         """Packets the impairment rules dropped, duplicated and sent down the slow lane so far."""
         counts = dict.fromkeys(_COUNT_NAMES.values(), 0)
-        for spec in self.topo.hosts.values():
-            rules = self.host(spec.name).cmd(f"nft list table netdev {IMPAIR_TABLE} 2>/dev/null")
+        listings = [self.host(spec.name).cmd(f"nft list table netdev {IMPAIR_TABLE} 2>/dev/null")
+                    for spec in self.topo.hosts.values()]
+        counts["switch_link_drop"] = 0
+        for intf in self.topo.switch_link_intfs():
+            done = subprocess.run(["nft", "list", "table", "netdev", switch_table(intf)], text=True,
+                                  capture_output=True, check=False)
+            counts["switch_link_drop"] += sum(int(n) for n, _ in _NFT_COUNTER.findall(done.stdout))
+        for rules in listings:
             for packets, verdict in _NFT_COUNTER.findall(rules):
                 counts[_COUNT_NAMES[verdict]] += int(packets)
         return counts
+
+
+def unimpair_switch_links(topo: Topology) -> None:
+    """Delete the loss tables of the topology's switch ports, where there are any."""
+    for intf in topo.switch_link_intfs():
+        subprocess.run(["nft", "delete", "table", "netdev", switch_table(intf)], capture_output=True, check=False)
 
 
 def _machine_lock() -> IO[str]:

@@ -126,6 +126,11 @@ class Topology:
         return sorted(self.switches[e.node].intf(e.port)
                       for link in self.links for e in (link.a, link.b) if e.port is not None)
 
+    def switch_link_intfs(self) -> list[str]:
+        """The interfaces at both ends of every link between two switches."""
+        return sorted(self.switches[e.node].intf(e.port) for link in self.links
+                      if link.a.node in self.switches and link.b.node in self.switches for e in (link.a, link.b))
+
     def to_dict(self) -> dict:
         return {
             "hosts": {h.name: {"ip": h.ip, "mac": h.mac, "commands": list(h.commands)}

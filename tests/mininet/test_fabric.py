@@ -63,7 +63,7 @@ def test_impairment_drops_and_duplicates_are_counted(star_fabric, dummy_target):
     counts = fabric.impairment_counts()
     assert counts["drop"] > 0 and counts["dup"] > 0
     fabric.impair(None)
-    assert fabric.impairment_counts() == {"drop": 0, "dup": 0, "reorder": 0}
+    assert fabric.impairment_counts() == {"drop": 0, "dup": 0, "reorder": 0, "switch_link_drop": 0}
 
 
 @pytest.mark.impairment

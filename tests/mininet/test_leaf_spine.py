@@ -53,6 +53,28 @@ def test_allreduce_across_both_leaves_with_1pct_loss_is_exact(inc_leaf_spine):
 
 
 @pytest.mark.impairment
+@SIZES
+def test_loss_between_leaves_and_spine_too_is_recovered_exactly_at_both_levels(inc_leaf_spine):
+    """Partials lost on the way up and results lost on the way down (5% on each leaf-spine
+    link, each way) as well as on host links: the workers' retransmissions make each leaf
+    send its partial again and the spine answer from its stored result."""
+    net = inc_leaf_spine
+    ints, floats = int32_tensors(net.n, 8_000, seed=29), float32_tensors(net.n, 4_000, seed=30)
+    before = net.counters(SPINE)
+    with net.impaired(Impairment(loss_pct=2, switch_loss_pct=5)):
+        int_results = net.allreduce(ints)
+        after_ints = net.counters(SPINE)
+        float_results = net.allreduce(floats)
+        counts = net.fabric.impairment_counts()
+    assert_int32_sums(int_results, ints)
+    assert_float32_sums(float_results, floats)
+    assert counts["drop"] > 0 and counts["switch_link_drop"] > 0, f"nothing lost on some level: {counts}"
+    grew = delta(before, after_ints)
+    assert grew["MyIngress.results_resent"] > 0            # the spine answered a leaf's second partial
+    assert grew["MyIngress.contributions"] == len(LEAVES) * 8_000 // K   # each leaf's partial counted once
+
+
+@pytest.mark.impairment
 @TWO
 @pytest.mark.parametrize("dtype, op", [("int32", "sum"), ("float32", "sum"), ("int32", "min")])
 def test_reduce_to_a_root_under_the_other_leaf_with_loss(inc_leaf_spine, dtype, op):

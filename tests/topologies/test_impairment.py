@@ -19,6 +19,18 @@ def test_loss_and_duplicates_become_netdev_rules_on_the_interface():
         "}", ""])
 
 
+def test_loss_between_switches_is_a_root_namespace_table_per_switch_port_dropping_on_arrival():
+    assert Impairment(switch_loss_pct=2.5).switch_link_ruleset("s1-eth3") == "\n".join([
+        "table netdev p4inc_impair_s1_eth3 {",
+        "  chain ingress {",
+        '    type filter hook ingress device "s1-eth3" priority 0;',
+        "    numgen random mod 10000 < 250 counter drop",
+        "  }",
+        "}", ""])
+    with pytest.raises(FabricError, match="switch link loss must be a percentage"):
+        Impairment(switch_loss_pct=100)
+
+
 def test_reordering_marks_packets_for_the_slow_lane():
     assert "    numgen random mod 10000 < 1000 counter meta priority set 1:20" in (
         Impairment(reorder_pct=10).nft_ruleset("h3-eth0").splitlines())

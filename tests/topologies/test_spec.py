@@ -70,6 +70,8 @@ def test_leaf_spine_wires_hosts_below_and_spines_above_each_leaf():
     assert topo.hosts["h3"].commands == ("ip neigh replace 10.0.2.254 lladdr 08:00:00:00:02:00 dev h3-eth0",
                                          "ip route replace default via 10.0.2.254 dev h3-eth0")
     assert Topology.from_dict(topo.to_dict()) == topo
+    assert topo.switch_link_intfs() == ["s1-eth3", "s1-eth4", "s2-eth3", "s2-eth4", "s3-eth1", "s3-eth2",
+                                        "s4-eth1", "s4-eth2"]
 
 
 def test_a_leaf_spine_job_is_hierarchical_unless_asked_flat_and_the_json_says_so():
