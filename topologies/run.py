@@ -160,7 +160,8 @@ def demo(fabric: Fabric, args: argparse.Namespace) -> int:
         packets = {name.rpartition(".")[2]: sum(c["packets"] for c in cells) for name, cells in counters.items()}
         print(f"{switch} counters (packets, zeros left out):",
               " ".join(f"{name}={n}" for name, n in packets.items() if n) or "all zero")
-        delivered = packets.get("results_multicast", 0) * len(job.workers)
+        # One switch delivers each result to every worker; on a leaf-spine the counters above say it.
+        delivered = packets.get("results_multicast", 0) * len(job.workers) if len(fabric.topo.switches) == 1 else 0
         if delivered:
             resent = packets.get("results_resent", 0)
             print(f"{switch} re-sent {resent} results, {100 * resent / delivered:.1f}% of the {delivered} "
