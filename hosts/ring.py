@@ -112,11 +112,19 @@ class RingWorker:
     _out_of_order: set[int] = field(default_factory=set, repr=False)
     _ack_pending: int = field(default=0, repr=False)  # in-order chunks since the last ack
     _ack_due: float = field(default=float("inf"), repr=False)
-    _cv: threading.Condition = field(default_factory=threading.Condition, repr=False)
+    # Two conditions on one lock, so that a call waiting for window space is not woken by
+    # every chunk that arrives, nor one waiting for chunks by every ack (a wake-up is a context
+    # switch on shared cores): `_cv` when acks free the window, `_arrived` when the chunks the
+    # call waits for (those below `_recv_wanted`) are all in.
+    _lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
+    _cv: threading.Condition = field(init=False, repr=False)
+    _arrived: threading.Condition = field(init=False, repr=False)
+    _recv_wanted: int = field(default=0, repr=False)
     _stop: threading.Event = field(default_factory=threading.Event, repr=False)
     _thread: threading.Thread | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
+        self._cv, self._arrived = threading.Condition(self._lock), threading.Condition(self._lock)
         self.rto = self.config.new_rto()
         self.cwnd = CongestionWindow(self.config.window)
         self._thread = threading.Thread(target=self._serve, name=f"ring-{self.config.rank}", daemon=True)
@@ -261,7 +269,7 @@ class RingWorker:
         nxt = (cfg.rank + 1) % cfg.num_workers
         for row in outgoing:
             with self._cv:
-                self._wait(lambda: len(self._unacked) < self.cwnd.allowed, "acks from", nxt)
+                self._wait(self._cv, lambda: len(self._unacked) < self.cwnd.allowed, "acks from", nxt)
                 seq = self._send_next
                 self._send_next += 1
                 payload = pack(IncHeader(opcode=OP_RING, job_id=cfg.job_id, worker_id=cfg.rank, count=INC_K,
@@ -275,18 +283,19 @@ class RingWorker:
         """The previous rank's next `count` chunks, in order."""
         with self._cv:
             wanted = range(self._recv_next, self._recv_next + count)
-            self._wait(lambda: self._cumulative >= wanted.stop, "chunks from",
+            self._recv_wanted = wanted.stop
+            self._wait(self._arrived, lambda: self._cumulative >= wanted.stop, "chunks from",
                        (self.config.rank - 1) % self.config.num_workers)
             rows = [self._received.pop(s) for s in wanted]
             self._recv_next = wanted.stop
         return np.stack(rows) if rows else np.zeros((0, INC_K), np.int32)
 
-    def _wait(self, ready: Callable[[], bool], what: str, peer: int) -> None:
-        """Wait on the condition (held) until `ready()`, failing after a stall with no progress."""
+    def _wait(self, cv: threading.Condition, ready: Callable[[], bool], what: str, peer: int) -> None:
+        """Wait on `cv` (its lock held) until `ready()`, failing after a stall with no progress."""
         limit = self.config.timeout * (self.config.max_retries + 1)
         while not ready():
             progress = (self._cumulative, len(self._received), len(self._unacked))
-            if not self._cv.wait(timeout=limit) and progress == (self._cumulative, len(self._received),
+            if not cv.wait(timeout=limit) and progress == (self._cumulative, len(self._received),
                                                                 len(self._unacked)):
                 raise IncTimeoutError(f"ring rank {self.config.rank}: no {what} rank {peer} for {limit:.1f} s; "
                                       f"are all {self.config.num_workers} ranks up?")
@@ -348,10 +357,12 @@ class RingWorker:
             if fresh:
                 self._received[seq] = elements
                 self._out_of_order.add(seq)
+                before = self._cumulative
                 while self._cumulative in self._out_of_order:
                     self._out_of_order.remove(self._cumulative)
                     self._cumulative += 1
-                self._cv.notify_all()
+                if before < self._recv_wanted <= self._cumulative:
+                    self._arrived.notify_all()
             if in_order:
                 self._ack_pending += 1
                 self._ack_due = min(self._ack_due, time.monotonic() + self.config.ack_delay_s)

@@ -368,3 +368,39 @@ def test_acks_of_in_order_chunks_look_at_none_of_the_received_chunks() -> None:
         assert received.looks == 0 and len(received) == 400
     finally:
         worker.close(linger=0)
+
+
+class WakeCounted(threading.Condition):
+    """A condition counting how often a waiter woke up."""
+
+    wakes = 0
+
+    def wait(self, timeout: float | None = None) -> bool:
+        woken = super().wait(timeout)
+        self.wakes += 1
+        return woken
+
+
+def test_a_call_waiting_for_chunks_wakes_once_they_are_all_in() -> None:
+    """Rank 1's AllGather sends its 16 chunks (one window, no ack needed) and waits for rank
+    0's 16, which come in one by one: it is woken once, by the last (a wake-up per chunk is
+    a context switch per chunk on shared cores)."""
+    peers = QueuePeers()
+    worker = quiet_rank_one(peers)
+    worker._cv, worker._arrived = WakeCounted(worker._lock), WakeCounted(worker._lock)
+    mine = np.arange(16 * INC_K, dtype=np.int32)
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            gathered = pool.submit(worker.all_gather, mine)
+            for _ in range(16):
+                assert unpack(peers.sent.get(timeout=5)[1])[0].opcode == OP_RING
+            time.sleep(0.05)         # the call is waiting now
+            for s in range(16):
+                peers.chunk(s)
+                time.sleep(0.005)
+            result = gathered.result(timeout=5)
+        np.testing.assert_array_equal(result[0], np.repeat(np.arange(16, dtype=np.int32), INC_K))
+        np.testing.assert_array_equal(result[1], mine)
+        assert (worker._arrived.wakes, worker._cv.wakes) == (1, 0)
+    finally:
+        worker.close(linger=0)
