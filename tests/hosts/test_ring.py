@@ -3,6 +3,7 @@ allreduce.p4 (forwarding only), with lost, duplicated and reordered packets, che
 against numpy's sum."""
 from __future__ import annotations
 
+import dataclasses
 import queue
 import random
 import threading
@@ -47,7 +48,8 @@ def ring_allreduce(inputs: list[list[np.ndarray]], loss: float = 0.0, duplicate:
                    last_stats: list[RingStats] | None = None,
                    call: Callable[[RingWorker, np.ndarray], Any] = RingWorker.allreduce) -> list[list[Any]]:
     """inputs[call][rank] -> outputs[call][rank] of `call` (default allreduce), one thread per
-    rank; each rank's stats go to `stats`, those of its last call to `last_stats`."""
+    rank; each rank's stats go to `stats`, those of its last call to `last_stats` (which all
+    ranks then start together)."""
     n = len(inputs[0])
     sockets = [UdpPeerTransport([], bind=("127.0.0.1", 0)) for _ in range(n)]
     peers = [s.address for s in sockets]
@@ -57,8 +59,21 @@ def ring_allreduce(inputs: list[list[np.ndarray]], loss: float = 0.0, duplicate:
         workers.append(RingWorker(RingConfig(job_id=1, rank=rank, num_workers=n, window=window, timeout=timeout,
                                              max_retries=500), LossyPeers(sock, loss, duplicate, seed=rank)))
 
+    # Counting a call needs a common start, with each rank's counts read before it: else a
+    # rank could ack its predecessor's first chunks before its own call began (the pool starts
+    # its threads one by one), outside the worker's own `last_stats`.
+    start = threading.Barrier(n)
+    counts = [(RingStats(), RingStats()) for _ in range(n)]     # each rank's before and after its last call
+
     def run(rank: int) -> list[np.ndarray]:
-        return [call(workers[rank], arrays[rank]) for arrays in inputs]
+        worker = workers[rank]
+        outs = [call(worker, arrays[rank]) for arrays in inputs[:-1]]
+        before = dataclasses.replace(worker.stats)
+        if last_stats is not None:
+            start.wait()
+        outs.append(call(worker, inputs[-1][rank]))
+        counts[rank] = (before, dataclasses.replace(worker.stats))
+        return outs
 
     try:
         with ThreadPoolExecutor(n) as pool:
@@ -69,7 +84,8 @@ def ring_allreduce(inputs: list[list[np.ndarray]], loss: float = 0.0, duplicate:
     if stats is not None:
         stats.extend(w.stats for w in workers)
     if last_stats is not None:
-        last_stats.extend(w.last_stats for w in workers)
+        last_stats.extend(RingStats(*(a - b for a, b in zip(dataclasses.astuple(after), dataclasses.astuple(before))))
+                          for before, after in counts)
     return [[per_rank[r][c] for r in range(n)] for c in range(len(inputs))]
 
 
