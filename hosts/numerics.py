@@ -125,21 +125,32 @@ def check_sum(result: np.ndarray, inputs: Sequence[np.ndarray], summed_on_hosts:
     """`result` against the float64 (int64) sum of `inputs`: within `sum_tolerance`, or for
     a baseline that adds on the hosts (`summed_on_hosts`), `host_sum_tolerance`. min and max
     are exact: they must equal numpy's."""
+    errors = result_errors(result, inputs, summed_on_hosts, op)
+    if errors is None:
+        return SumCheck(np.inf, False)
+    error, bound = errors
+    return SumCheck(float(np.max(error, initial=0.0)), bool(np.all(error <= bound)))
+
+
+def result_errors(result: np.ndarray, inputs: Sequence[np.ndarray], summed_on_hosts: bool = False,
+                  op: str = "sum") -> tuple[np.ndarray, np.ndarray] | None:
+    """Per element, how far `result` is from numpy's float64 (int64) sum, min or max of
+    `inputs`, and the bound it must stay within (`check_sum`); None if the shapes differ."""
     if op != "sum":
         exact = (np.min if op == "min" else np.max)(np.array(inputs), axis=0)
         if result.shape != exact.shape:
-            return SumCheck(np.inf, False)
+            return None
         with np.errstate(invalid="ignore"):      # inf - inf where both are inf: equal, no error
             error = np.where(result == exact, 0.0, np.abs(np.asarray(result, np.float64) - exact))
-        return SumCheck(float(np.max(error, initial=0.0)), bool(np.array_equal(result, exact)))
+        return error, np.zeros(exact.shape)
     wide = np.int64 if np.dtype(inputs[0].dtype) == np.int32 else np.float64
     exact = np.sum([np.asarray(t, wide) for t in inputs], axis=0)
+    if result.shape != exact.shape:
+        return None
     if summed_on_hosts and wide is np.int64:      # the ring wraps around, as numpy's int32 sum
         exact = exact.astype(np.int32)
     error = np.abs(np.asarray(result, np.float64) - exact)
-    tolerance = host_sum_tolerance(inputs) if summed_on_hosts else sum_tolerance(inputs)
-    correct = result.shape == exact.shape and bool(np.all(error <= tolerance))
-    return SumCheck(float(np.max(error, initial=0.0)), correct)
+    return error, host_sum_tolerance(inputs) if summed_on_hosts else sum_tolerance(inputs)
 
 
 def from_sums(values: np.ndarray, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:

@@ -2,7 +2,8 @@
 ring baseline) on a .npy tensor or on a generated one (which every worker can also compute
 for the others, so --check verifies the sum against numpy), and prints a JSON line of timings
 and, for inc, the transport's counts (packets, retransmissions, RTO, window: CallStats).
-With --collective, inc runs one of the switch's other collectives instead (docs/protocol.md).
+With --collective, inc runs one of the switch's other collectives instead (docs/protocol.md);
+with --matrix, every collective x op x dtype once, each checked against numpy (hosts/matrix.py).
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import numpy as np
 
 from hosts.agent import IncError, JobConfig, Worker
 from hosts.inc import AGG_IP, INC_PORT, RING_PORT
+from hosts.matrix import COLLECTIVES, call_collective, run_matrix
 from hosts.numerics import REDUCE_DTYPES, SUM_DTYPES, SumCheck, check_sum
 from hosts.ring import RingConfig, RingWorker
 from hosts.transport import UdpPeerTransport, UdpTransport
@@ -39,9 +41,6 @@ def check_generated(result: np.ndarray, seed: int, num_workers: int, size: int, 
     return check_sum(result, inputs, summed_on_hosts, op)
 
 
-COLLECTIVES = ("allreduce", "reduce", "reduce-scatter", "broadcast", "all-gather", "barrier")
-
-
 def reduce(worker: Worker | RingWorker, tensor: np.ndarray, op: str) -> np.ndarray:
     """One AllReduce; the ring only sums (check_arguments refused anything else)."""
     return worker.allreduce(tensor) if op == "sum" else worker.allreduce(tensor, op)
@@ -53,16 +52,7 @@ def run_collective(worker: Worker | RingWorker, tensor: np.ndarray, args: argpar
     if args.collective == "allreduce":
         return reduce(worker, tensor, args.op)
     assert isinstance(worker, Worker)
-    if args.collective == "reduce":
-        result = worker.reduce(tensor, args.root, args.op)
-    elif args.collective == "reduce-scatter":
-        result = worker.reduce_scatter(tensor, args.op)
-    elif args.collective == "broadcast":
-        result = worker.broadcast(tensor, args.root)
-    elif args.collective == "all-gather":
-        result = worker.all_gather(tensor)
-    else:
-        result = worker.barrier()
+    result = call_collective(worker, args.collective, tensor, args.op, args.root)
     return np.zeros(0, tensor.dtype) if result is None else result
 
 
@@ -118,6 +108,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--root", type=int, default=0,
                    help="reduce: the worker that gets the result; broadcast: the one whose tensor everyone "
                         "gets (default 0)")
+    p.add_argument("--matrix", action="store_true",
+                   help="inc: run every collective x op x dtype once (sum for every dtype, min and max for "
+                        "int32 and float32 where the collective reduces; roots vary), each on --size elements "
+                        "generated from --seed, and check each result against numpy within docs/protocol.md's "
+                        "bound; the report lists every combination; --output writes an .npz of the results")
     p.add_argument("--seed", type=int, default=0, help="seed of the generated tensors (default 0)")
     p.add_argument("--check", action="store_true",
                    help="with --size: compare the result against numpy's float64 sum of all workers' "
@@ -131,6 +126,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float,
                    help="milliseconds before a chunk is sent again: inc, the first timeout until round trips "
                         "are measured (default 1000; then it adapts); ring, fixed (default 20)")
+    p.add_argument("--max-rto", type=float, default=JobConfig.max_rto * 1000, metavar="MS",
+                   help="inc: milliseconds the adaptive retransmission timeout may grow to (default "
+                        f"{JobConfig.max_rto * 1000:g}); under heavy loss the workers wait for each other's "
+                        "retransmissions, their round trips grow, and the timeout sits at this ceiling")
     p.add_argument("--give-up-after", type=float, default=JobConfig.give_up_after, metavar="SECONDS",
                    help="inc: seconds a chunk may wait for its result before the worker fails "
                         f"(default {JobConfig.give_up_after:g})")
@@ -146,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     check_arguments(parser, args)
+    if args.matrix:
+        return main_matrix(args)
     try:
         if args.input is not None:
             tensor = np.load(args.input, allow_pickle=False)
@@ -191,8 +192,38 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if report.get("correct", True) else 1
 
 
+def main_matrix(args: argparse.Namespace) -> int:
+    """--matrix: every combination once; the JSON report lists each one's outcome (exit 1 if any failed)."""
+    try:
+        worker = make_worker(args)
+    except (ValueError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    start = time.perf_counter()
+    try:
+        outcomes = run_matrix(worker, args.size, args.seed)
+    finally:
+        worker.close()
+    failed = [o.combination.name for o in outcomes if not o.passed]
+    report = {"job_id": args.job_id, "worker_id": args.worker_id, "workers": args.workers, "elements": args.size,
+              "seed": args.seed, "seconds": time.perf_counter() - start,
+              "packets_sent": sum(o.packets_sent for o in outcomes),
+              "retransmits": sum(o.retransmits for o in outcomes),
+              "matrix": [o.to_dict() for o in outcomes], "failed": failed}
+    if args.output is not None:
+        np.savez(args.output, **{o.combination.name: o.result for o in outcomes if o.result is not None})
+    print(json.dumps(report))
+    return 1 if failed else 0
+
+
 def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Combinations argparse cannot check alone: a usage error (exit 2), never a traceback."""
+    if args.matrix and (args.size is None or args.check or args.algorithm == "ring" or args.collective != "allreduce"
+                        or args.op != "sum" or args.iterations != 1 or args.warmup):
+        parser.error("--matrix needs --size and runs every collective, op and dtype once on inc: without "
+                     "--check, --algorithm ring, --collective, --op, --iterations and --warmup")
+    if args.matrix and args.size < 1:
+        parser.error(f"--matrix needs --size of at least 1, not {args.size}")
     if args.check and args.size is None:
         parser.error("--check needs --size (generated tensors)")
     if args.iterations < 0 or args.warmup < 0:
@@ -214,6 +245,8 @@ def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -
             parser.error(f"--worker-id must be 0..{len(args.peers) - 1} (one per --peers entry), not {args.worker_id}")
     if args.timeout is not None and args.timeout <= 0:
         parser.error(f"--timeout must be positive milliseconds, not {args.timeout:g}")
+    if args.max_rto < JobConfig.min_rto * 1000:
+        parser.error(f"--max-rto must be at least {JobConfig.min_rto * 1000:g} ms (the RTO's floor), not {args.max_rto:g}")
     if args.give_up_after <= 0:
         parser.error(f"--give-up-after must be positive seconds, not {args.give_up_after:g}")
 
@@ -234,7 +267,7 @@ def make_worker(args: argparse.Namespace) -> Worker | RingWorker:
         return RingWorker(config, transport)
     config = JobConfig(args.job_id, args.worker_id, args.workers, window=args.window,
                        timeout=JobConfig.timeout if args.timeout is None else args.timeout / 1000,
-                       give_up_after=args.give_up_after)
+                       max_rto=args.max_rto / 1000, give_up_after=args.give_up_after)
     port = INC_PORT if args.port is None else args.port
     return Worker(config, UdpTransport(args.aggregator, (args.bind, port), args.interface))
 
