@@ -34,7 +34,7 @@ class PieceError(RuntimeError):
 class WorkerResult:
     worker_id: int
     host: str
-    result: np.ndarray
+    result: np.ndarray | dict[str, np.ndarray]   # --matrix: every combination's result, by name
     report: dict            # the worker's JSON line: elements, dtype, seconds, ...
 
 
@@ -87,36 +87,70 @@ def run_allreduce(fabric: Fabric, job: JobSpec, tensors: list[np.ndarray], work_
     if len(tensors) != len(job.workers):
         raise PieceError(f"job {job.job_id} has {len(job.workers)} workers, got {len(tensors)} tensors")
     work_dir.mkdir(parents=True, exist_ok=True)
-    procs: list[tuple[int, str, subprocess.Popen, Path]] = []
+    args = []
+    for w, tensor in enumerate(tensors):
+        inp, out = work_dir / f"w{w}-in.npy", work_dir / f"w{w}-out.npy"
+        np.save(inp, tensor)
+        out.unlink(missing_ok=True)
+        args.append(["--input", str(inp), "--output", str(out), *worker_args])
+    outputs = _run_workers(fabric, job, args, timeout_s)
+    failed = [f"worker {w} on {host} failed (exit {rc}): {err.strip()}" for w, host, rc, _, err in outputs if rc != 0]
+    if failed:
+        raise PieceError("\n".join(failed))
+    return [WorkerResult(w, host, np.load(work_dir / f"w{w}-out.npy"), _last_json_line(stdout, w))
+            for w, host, _, stdout, _ in outputs]
+
+
+def run_matrix(fabric: Fabric, job: JobSpec, work_dir: Path, size: int, seed: int, *,
+               timeout_s: float = 600.0, worker_args: tuple[str, ...] = ()) -> list[WorkerResult]:
+    """Every worker runs `python -m hosts.worker --matrix` (each collective x op x dtype once,
+    checked against numpy by the worker itself); return each worker's report, failures
+    included (exit 1), and its results (an .npz: `result` is its files, by combination).
+    A worker that prints no report (bad arguments, a crash, a timeout) makes a PieceError."""
+    work_dir.mkdir(parents=True, exist_ok=True)
+    outs = [work_dir / f"w{w}-matrix.npz" for w in range(len(job.workers))]
+    for out in outs:
+        out.unlink(missing_ok=True)
+    args = [["--matrix", "--size", str(size), "--seed", str(seed), "--output", str(out), *worker_args] for out in outs]
+    outputs = _run_workers(fabric, job, args, timeout_s)
+    failed = [f"worker {w} on {host} failed (exit {rc}): {err.strip()}"
+              for w, host, rc, _, err in outputs if rc not in (0, 1) or not outs[w].exists()]
+    if failed:
+        raise PieceError("\n".join(failed))
+    return [WorkerResult(w, host, _load_npz(outs[w]), _last_json_line(stdout, w)) for w, host, _, stdout, _ in outputs]
+
+
+def _run_workers(fabric: Fabric, job: JobSpec, args: list[list[str]],
+                 timeout_s: float) -> list[tuple[int, str, int, str, str]]:
+    """Start `python -m hosts.worker` with args[w] (after the job's and worker's ids) on each
+    worker's host at once; (worker, host, exit code, stdout, stderr) of each, in worker order.
+    Workers still running after `timeout_s` (together) are ended; none outlives the call."""
+    procs: list[tuple[int, str, subprocess.Popen]] = []
     try:
-        for w, (host, tensor) in enumerate(zip(job.workers, tensors)):
-            inp, out = work_dir / f"w{w}-in.npy", work_dir / f"w{w}-out.npy"
-            np.save(inp, tensor)
-            out.unlink(missing_ok=True)
+        for w, (host, worker_args) in enumerate(zip(job.workers, args)):
             cmd = [sys.executable, "-m", "hosts.worker", "--job-id", str(job.job_id), "--worker-id", str(w),
-                   "--workers", str(len(job.workers)), "--interface", fabric.topo.hosts[host].intf,
-                   "--input", str(inp), "--output", str(out), *worker_args]
+                   "--workers", str(len(job.workers)), "--interface", fabric.topo.hosts[host].intf, *worker_args]
             procs.append((w, host, fabric.popen(host, cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE,
-                                                stderr=subprocess.PIPE, text=True), out))
+                                                stderr=subprocess.PIPE, text=True)))
         deadline = time.monotonic() + timeout_s
         outputs = []
-        for w, host, proc, out in procs:
+        for w, host, proc in procs:
             try:
                 stdout, stderr = proc.communicate(timeout=max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 end_child(proc)
                 stdout, stderr = proc.communicate()
                 stderr = f"did not finish within {timeout_s:.0f} s; {stderr}"
-            outputs.append((w, host, proc.returncode, stdout, stderr, out))
-        failed = [f"worker {w} on {host} failed (exit {rc}): {err.strip()}"
-                  for w, host, rc, _, err, _ in outputs if rc != 0]
-        if failed:
-            raise PieceError("\n".join(failed))
-        return [WorkerResult(w, host, np.load(out), _last_json_line(stdout, w))
-                for w, host, _, stdout, _, out in outputs]
+            outputs.append((w, host, proc.returncode, stdout, stderr))
+        return outputs
     finally:
-        for _, _, proc, _ in procs:
+        for _, _, proc in procs:
             end_child(proc)
+
+
+def _load_npz(path: Path) -> dict[str, np.ndarray]:
+    with np.load(path, allow_pickle=False) as npz:
+        return {name: npz[name] for name in npz.files}
 
 
 def _last_json_line(stdout: str, worker: int) -> dict:

@@ -19,7 +19,7 @@ import pytest
 from topologies import fabric as fabric_module
 from topologies.fabric import Fabric, FabricOptions, Impairment
 from topologies.pieces import (DEFAULT_PROGRAM, WorkerResult, clear_job_slots, compile_program, read_counters,
-                               run_allreduce, setup_controller)
+                               run_allreduce, run_matrix, setup_controller)
 from topologies.spec import Topology, leaf_spine, star
 from topologies.switches import P4RuntimeSwitch, TargetArgs
 
@@ -115,6 +115,12 @@ class IncStar:
         """As `allreduce`, with each worker's JSON report (seconds, packets sent, ...)."""
         clear_job_slots(self.fabric.options.topology_path, self.job.job_id, self.fabric.options.target)
         return run_allreduce(self.fabric, self.job, tensors, self.work_dir, timeout_s=900, worker_args=worker_args)
+
+    def run_matrix(self, size: int, seed: int, *worker_args: str) -> list[WorkerResult]:
+        """Every worker runs every collective x op x dtype once (`hosts.worker --matrix`): each
+        worker's report (which combinations passed its own check) and results, by name."""
+        clear_job_slots(self.fabric.options.topology_path, self.job.job_id, self.fabric.options.target)
+        return run_matrix(self.fabric, self.job, self.work_dir, size, seed, timeout_s=900, worker_args=worker_args)
 
     def counters(self, switch: str = "s1") -> dict[str, int]:
         """Packets per counter of `switch`, summed over its cells."""
