@@ -202,6 +202,9 @@ def main_matrix(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     try:
         outcomes = run_matrix(worker, args.size, args.seed)
+    except OSError as e:         # the socket itself failed; IncErrors are in the outcomes
+        print(f"error: worker {args.worker_id}: {e}", file=sys.stderr)
+        return 1
     finally:
         worker.close()
     failed = [o.combination.name for o in outcomes if not o.passed]

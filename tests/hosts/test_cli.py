@@ -83,22 +83,29 @@ def run_workers(commands: list[list[str]]) -> list[dict]:
     return [json.loads(out) for out, _ in outs]
 
 
-@pytest.mark.parametrize("dtype, op", [("int32", "sum"), ("float32", "sum"), ("bfloat16", "sum"), ("float32", "max")])
-def test_inc_workers_over_udp_through_p4sim_get_the_numpy_sum(switch: Switch, dtype: str, op: str) -> None:
-    n, port = 3, free_udp_port()
-    job = Job(job_id=4, hosts=tuple(host(i) for i in range(1, n + 1)), num_slots=8)
+def run_inc_workers(switch: Switch, n: int, args: list[str], job_id: int = 4) -> list[dict]:
+    """`python -m hosts.worker` for each of n workers of a job on `switch` (through a UdpBridge),
+    with `args` after the job's, worker's and aggregator's; their JSON reports."""
+    port = free_udp_port()
+    job = Job(job_id=job_id, hosts=tuple(host(i) for i in range(1, n + 1)), num_slots=8)
     install_forwarding(switch, list(job.hosts))
     install_job(switch, job)
     with InProcessFabric(switch, list(job.hosts)) as fabric:
         bridge = UdpBridge(fabric, n, port)
         try:
             aggregator = f"{bridge.address[0]}:{bridge.address[1]}"
-            reports = run_workers([
-                ["--job-id", "4", "--worker-id", str(w), "--workers", str(n), "--aggregator", aggregator,
-                 "--bind", loopback_ip(w), "--port", str(port), "--size", "200", "--dtype", dtype,
-                 "--op", op, "--check", "--warmup", "1", "--iterations", "2", "--window", "8"] for w in range(n)])
+            return run_workers([
+                ["--job-id", str(job_id), "--worker-id", str(w), "--workers", str(n), "--aggregator", aggregator,
+                 "--bind", loopback_ip(w), "--port", str(port), "--window", "8", *[a.format(w=w) for a in args]]
+                for w in range(n)])
         finally:
             bridge.close()
+
+
+@pytest.mark.parametrize("dtype, op", [("int32", "sum"), ("float32", "sum"), ("bfloat16", "sum"), ("float32", "max")])
+def test_inc_workers_over_udp_through_p4sim_get_the_numpy_sum(switch: Switch, dtype: str, op: str) -> None:
+    reports = run_inc_workers(switch, 3, ["--size", "200", "--dtype", dtype, "--op", op, "--check", "--warmup", "1",
+                                          "--iterations", "2"])
     for r in reports:
         assert r["correct"] and len(r["seconds"]) == 2 and r["elements"] == 200
         first, second = r["started_at"]

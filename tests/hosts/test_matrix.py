@@ -16,7 +16,7 @@ from hosts.inprocess import Faults, InProcessFabric
 from hosts.matrix import Combination, check, combinations, matrix_inputs, run_matrix
 from tests.hosts.conftest import Job, host, install_forwarding, install_job
 from tests.hosts.documented import documented_bound
-from tests.hosts.test_cli import ROOT
+from tests.hosts.test_cli import ROOT, run_inc_workers
 
 N = 3
 
@@ -107,6 +107,20 @@ def test_the_whole_matrix_passes_through_p4sim_with_lossy_links(switch: Switch) 
     float_sums = [o for o in outcomes[0] if o.combination.op == "sum" and o.combination.dtype != "int32"
                   and o.result is not None]
     assert all(0 <= o.error <= o.bound for o in float_sums) and any(o.error > 0 for o in float_sums)
+
+
+def test_matrix_cli_reports_every_combination_and_writes_the_results(switch: Switch, tmp_path) -> None:
+    n = 2
+    reports = run_inc_workers(switch, n, ["--matrix", "--size", "33", "--seed", "6", "--output", str(tmp_path / "w{w}.npz")])
+    combos = combinations(n)
+    for w, r in enumerate(reports):
+        assert r["failed"] == [] and [c["name"] for c in r["matrix"]] == [c.name for c in combos]
+        assert all(c["passed"] for c in r["matrix"]) and r["packets_sent"] >= len(combos)
+        with np.load(tmp_path / f"w{w}.npz") as results:
+            index = [c.name for c in combos].index("allreduce.sum.int32")
+            inputs = matrix_inputs(combos[index], index, n, 33, seed=6)
+            np.testing.assert_array_equal(results["allreduce.sum.int32"], np.sum(inputs, axis=0))
+            assert "barrier.int32" not in results.files
 
 
 def test_matrix_refuses_options_it_does_not_take() -> None:

@@ -20,7 +20,7 @@ from topologies import fabric as fabric_module
 from topologies.fabric import Fabric, FabricOptions, Impairment
 from topologies.pieces import (DEFAULT_PROGRAM, WorkerResult, clear_job_slots, compile_program, read_counters,
                                run_allreduce, run_matrix, setup_controller)
-from topologies.spec import Topology, leaf_spine, star
+from topologies.spec import JobSpec, Topology, leaf_spine, star
 from topologies.switches import P4RuntimeSwitch, TargetArgs
 
 StarFactory = Callable[..., Fabric]
@@ -39,8 +39,11 @@ def fabrics(base_dir: Path) -> Iterator[StarFactory]:
     started: list[Fabric] = []
 
     def make(n_hosts: int, *, impairment: Impairment | None = None, target: str = "p4sim",
-             slow: str | None = None, leaves: int = 0, flat: bool = False) -> Fabric:
+             slow: str | None = None, leaves: int = 0, flat: bool = False, job_sizes: tuple[int, ...] = ()) -> Fabric:
         topo = shape(n_hosts, leaves, flat)
+        if job_sizes:       # one job per size k, of the first k hosts (its id k), instead of one of all
+            topo = Topology(topo.hosts, topo.switches, topo.links,
+                            [JobSpec(k, tuple(list(topo.hosts)[:k])) for k in job_sizes])
         options = FabricOptions(target=target, build_dir=base_dir / f"fabric{len(started)}",
                                 impairment=impairment, slow=slow)
         fabric = Fabric(topo, options)
@@ -98,10 +101,11 @@ class IncStar:
     """A star (or leaf-spine) running the aggregation program, as the controller sets it up."""
     fabric: Fabric
     work_dir: Path
+    job_index: int = 0       # which of the topology's jobs the methods run
 
     @property
     def job(self):
-        return self.fabric.topo.jobs[0]
+        return self.fabric.topo.jobs[self.job_index]
 
     @property
     def n(self) -> int:
@@ -143,13 +147,14 @@ class IncStar:
 
 @contextmanager
 def inc_fabric(base: Path, n_hosts: int, target: str, slow: str | None = None, leaves: int = 0,
-               flat: bool = False) -> Iterator[IncStar]:
+               flat: bool = False, job_sizes: tuple[int, ...] = ()) -> Iterator[IncStar]:
     """Compile allreduce.p4 for `target`, start a star on it (or a leaf-spine of `leaves`
-    leaves of `n_hosts`; p4sim slowed to the `slow` preset, if given), let the controller set
-    it up and run the hosts' commands (a leaf-spine's hosts route through their leaf)."""
+    leaves of `n_hosts`; p4sim slowed to the `slow` preset, if given; `job_sizes`: a job of
+    the first k hosts for each k, not one of all), let the controller set it up and run the
+    hosts' commands (a leaf-spine's hosts route through their leaf)."""
     program = compile_program(target, DEFAULT_PROGRAM, base / "program")
     with fabrics(base) as make:
-        fabric = make(n_hosts, target=target, slow=slow, leaves=leaves, flat=flat)
+        fabric = make(n_hosts, target=target, slow=slow, leaves=leaves, flat=flat, job_sizes=job_sizes)
         setup_controller(fabric.options.topology_path, base / "program", program, target)
         fabric.run_host_commands()
         yield IncStar(fabric, base / "tensors")

@@ -1,14 +1,14 @@
-"""Issue 12, item 5: every collective x op x dtype against numpy, N = 2..8, on a star and on
-a leaf-spine (2 leaves of 2 and of 4 hosts), p4sim running allreduce.p4, with 5% random loss
-on every host link. One `python -m hosts.worker --matrix` process per host runs the whole
-matrix (hosts/matrix.py) and checks its own results; this test checks them again, against
-tests/hosts/documented.py's bound (written apart from hosts/), and the worker's reports.
-Only results are asserted, never counters: they must hold whether the leaves aggregate or
-only forward to the spine.
+"""Issue 12, item 5: every collective x op x dtype against numpy, N = 2..8, with 5% random
+loss on every host link, on a star of 8 hosts running one job of each size (the first N hosts;
+one fabric, started once, instead of seven). One `python -m hosts.worker --matrix` process per
+host runs the whole matrix (hosts/matrix.py) and checks its own results; `assert_matrix`
+checks them again, against tests/hosts/documented.py's bound (written apart from hosts/),
+and the workers' reports. test_matrix_leaf_spine.py runs it on the leaf-spine.
 """
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -19,7 +19,7 @@ from tests.mininet.test_collectives import LOSS, assert_reduced
 from topologies.pieces import WorkerResult
 
 pytestmark = [pytest.mark.mininet, pytest.mark.impairment]
-SHAPES = [(n, 0) for n in range(2, 9)] + [(2, 2), (4, 2)]      # (hosts per switch, leaves; 0: a star)
+SIZES = tuple(range(2, 9))
 # Elements per call: with 36 calls a worker sends >= ~180 packets even at N=2, so a run has
 # well over 300 and P(no drop at all, a run that proved nothing) at 5% loss is below 1e-7.
 SIZE = 130
@@ -29,19 +29,27 @@ MIN_PACKETS = 300
 MAX_RTO_MS = "250"
 
 
-@pytest.fixture(scope="module", params=SHAPES, ids=lambda s: f"star{s[0]}" if not s[1] else f"leaves{s[1]}x{s[0]}")
-def matrix_net(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[IncStar]:
-    """One fabric at a time (the machine runs one): a star of n hosts, or a leaf-spine."""
-    n, leaves = request.param
-    with inc_fabric(tmp_path_factory.mktemp(f"matrix{leaves}x{n}"), n, "p4sim", leaves=leaves) as net:
+@pytest.fixture(scope="module")
+def jobs_star(tmp_path_factory: pytest.TempPathFactory, switch_target: str) -> Iterator[IncStar]:
+    with inc_fabric(tmp_path_factory.mktemp("matrix_star"), max(SIZES), switch_target, job_sizes=SIZES) as net:
         yield net
 
 
-def test_every_collective_op_and_dtype_equals_numpy_under_5pct_loss(matrix_net: IncStar) -> None:
-    n, seed = matrix_net.n, 1000 + matrix_net.n + 100 * len(matrix_net.fabric.topo.switches)
-    with matrix_net.impaired(LOSS):
-        runs = matrix_net.run_matrix(SIZE, seed, "--max-rto", MAX_RTO_MS)
-        dropped = matrix_net.fabric.impairment_counts()["drop"]
+@pytest.mark.parametrize("n", SIZES, ids=lambda n: f"N{n}")
+def test_every_collective_op_and_dtype_equals_numpy_on_a_star_under_5pct_loss(jobs_star: IncStar, n: int) -> None:
+    net = replace(jobs_star, job_index=SIZES.index(n))
+    assert net.n == n
+    assert_matrix(net, seed=1000 + n)
+
+
+def assert_matrix(net: IncStar, seed: int) -> None:
+    """Run the matrix on `net`'s job with 5% loss on every host link; every worker reports every
+    combination passed, and its results equal numpy's here too. Only results: they must hold
+    whether a leaf-spine's leaves aggregate or forward."""
+    n = net.n
+    with net.impaired(LOSS):
+        runs = net.run_matrix(SIZE, seed, "--max-rto", MAX_RTO_MS)
+        dropped = net.fabric.impairment_counts()["drop"]
     assert dropped > 0, "no packet was lost: this run proved nothing"
     assert sum(r.report["packets_sent"] for r in runs) >= MIN_PACKETS
     combos = combinations(n)
