@@ -20,8 +20,8 @@ import numpy as np
 
 from hosts import numerics, quantize
 from hosts.inc import (COLL_ALLREDUCE, COLL_BARRIER, COLL_BROADCAST, COLL_REDUCE, ELEMENT_BYTES, FLAG_OVERFLOW,
-                       INC_K, MAX_WORKERS, OP_ACK, OP_CONTRIB, OP_JOIN, OP_RESULT, REDUCE_SUM, IncFormatError,
-                       IncHeader, elements_view, pack_header, unpack_header)
+                       FLAG_RETRANSMIT, INC_K, MAX_WORKERS, OP_ACK, OP_CONTRIB, OP_JOIN, OP_RESULT, REDUCE_SUM,
+                       IncFormatError, IncHeader, elements_view, pack_header, unpack_header, with_flags)
 from hosts.pacing import CongestionWindow, RtoEstimator
 from hosts.transport import Transport
 
@@ -320,7 +320,9 @@ class Worker:
             return None
         del in_flight[header.seq]
         now = time.monotonic()
-        if item.sends == 1:             # Karn: a retransmitted chunk's answer may be to either copy
+        # Karn: a retransmitted chunk's answer may be to either copy; and a round that waited for
+        # some worker's retransmission timed that worker's timer, not the path.
+        if item.sends == 1 and not header.flags & FLAG_RETRANSMIT:
             self.rto.sample(now - item.first_sent)
         self.cwnd.on_ack(item.seq)
         if not call.stats.results:
@@ -377,6 +379,8 @@ class Worker:
                     for it in in_flight.values()), default=math.inf)
 
     def _resend(self, it: _Item, call: "_Call") -> None:
+        if it.sends == 1:       # the switch marks the round, so no worker samples a round trip from it
+            it.payload = with_flags(it.payload, FLAG_RETRANSMIT)
         self.transport.send(it.payload)
         it.sends += 1
         it.last_sent = it.timer_from = time.monotonic()

@@ -46,6 +46,7 @@ COLLECTIVES = {COLL_ALLREDUCE: "allreduce", COLL_REDUCE: "reduce", COLL_BROADCAS
 FLAG_OVERFLOW = 0x01
 FLAG_RESENT = 0x02
 FLAG_PARTIAL = 0x04              # between switches only: a leaf's partial sum, or a result for leaves
+FLAG_RETRANSMIT = 0x08           # a contribution sent again; a result whose round had one
 
 HEADER_SIZE = 16
 ELEMENT_BYTES = 4 * INC_K
@@ -74,7 +75,7 @@ class Inc(Packet):
     fields_desc = [
         BitField("version", INC_VERSION, 4),
         BitEnumField("opcode", OP_CONTRIB, 4, OPCODES),
-        FlagsField("flags", 0, 8, ["overflow", "resent", "partial"]),
+        FlagsField("flags", 0, 8, ["overflow", "resent", "partial", "retransmit"]),
         ShortField("job_id", 0),
         ByteField("worker_id", 0),
         ByteField("count", None),            # None: the number of elements given
@@ -148,6 +149,11 @@ def pack_header(header: IncHeader) -> bytes:
                         header.worker_id, header.count, (header.pool_version << 15) | header.slot,
                         header.seq, header.exponent, header.need, header.reduce_op,
                         (header.collective << 5) | header.root)
+
+
+def with_flags(payload: bytes, flags: int) -> bytes:
+    """The same INC payload with `flags` set in its header as well."""
+    return payload[:1] + bytes((payload[1] | flags,)) + payload[2:]
 
 
 def unpack(payload: bytes) -> tuple[IncHeader, np.ndarray]:

@@ -46,6 +46,9 @@ const bit<8> REDUCE_MAX = 2;    // signed 32-bit maximum
 const bit<8> FLAG_OVERFLOW = 0x01;  // some element's int32 sum wrapped, or a worker said its values did not fit
 const bit<8> FLAG_RESENT   = 0x02;  // a stored result sent again to one worker
 const bit<8> FLAG_PARTIAL  = 0x04;  // between switches: a leaf's partial (up), or a result for leaves (down)
+const bit<8> FLAG_RETRANSMIT = 0x08;  // a contribution sent again; a result of a round that had one
+// What a slot keeps of its contributions' flags, and its result carries.
+const bit<8> ROUND_FLAGS = FLAG_OVERFLOW | FLAG_PARTIAL | FLAG_RETRANSMIT;
 
 // Added to set_job's num_workers on a leaf of a hierarchical job: a completed slot holds only
 // this leaf's partial, which goes up to the spine; the spine's result comes back down.
@@ -400,7 +403,7 @@ control MyIngress(inout headers_t hdr,
     action start_round() {
         meta.seen = meta.worker_bit;
         meta.count = 1;
-        meta.flags = hdr.inc.flags & (FLAG_OVERFLOW | FLAG_PARTIAL);
+        meta.flags = hdr.inc.flags & ROUND_FLAGS;
         meta.need = hdr.inc.need;
         slot_seq.write(meta.slot, hdr.inc.seq);
         FOR_EACH_ELEMENT(STORE_ELEMENT)
@@ -431,7 +434,7 @@ control MyIngress(inout headers_t hdr,
         FOR_EACH_ELEMENT(ADD_ELEMENT)
         meta.seen = meta.seen | meta.worker_bit;
         meta.count = meta.count + 1;
-        meta.flags = meta.flags | (hdr.inc.flags & (FLAG_OVERFLOW | FLAG_PARTIAL))
+        meta.flags = meta.flags | (hdr.inc.flags & ROUND_FLAGS)
                      | (meta.overflow_bits[31:31] == 1 && hdr.inc.reduce_op == REDUCE_SUM ? FLAG_OVERFLOW : 8w0);
         meta.need = ((int<8>)hdr.inc.need > (int<8>)meta.need) ? hdr.inc.need : meta.need;
         contributions.count(0);
@@ -596,7 +599,7 @@ control MyIngress(inout headers_t hdr,
             } else if (!complete || seq_delta != 0) {
                 drop_stale();
             } else {
-                meta.flags = hdr.inc.flags & (FLAG_OVERFLOW | FLAG_RESENT);
+                meta.flags = hdr.inc.flags & (FLAG_OVERFLOW | FLAG_RESENT | FLAG_RETRANSMIT);
                 meta.need = hdr.inc.need;
                 multicast_result();
             }

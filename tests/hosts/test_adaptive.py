@@ -16,7 +16,7 @@ import pytest
 from p4sim import Switch
 
 from hosts.agent import CallStats, IncTimeoutError, JobConfig, Worker
-from hosts.inc import INC_K
+from hosts.inc import FLAG_RETRANSMIT, INC_K, unpack_header
 from hosts.inprocess import Faults, InProcessFabric
 from hosts.transport import Transport
 from tests.hosts.conftest import Job, counter, host, install_forwarding, install_job
@@ -220,3 +220,48 @@ def test_waiting_for_a_late_peer_costs_one_probe_per_timeout_not_a_window(switch
     # timeouts at 0.05, 0.15 and 0.35 s: one probe each, where a window of copies would be 8 each
     assert 2 <= early.timeouts <= 5 and early.retransmits == early.timeouts
     assert early.packets_sent == chunks + early.retransmits and early.first_result_s >= 0.3
+
+
+class DropFirstCopy(LossyLink):
+    """Loses the first copy of the contribution with seq `seq`; records the flags of every
+    contribution sent and of every result received for that seq."""
+
+    def __init__(self, inner: Transport, seq: int) -> None:
+        super().__init__(inner, seed=0)
+        self.seq, self.sent_flags, self.result_flags = seq, [], []
+
+    def send(self, payload: bytes) -> None:
+        header = unpack_header(payload)
+        if header.seq == self.seq:
+            self.sent_flags.append(header.flags)
+            if len(self.sent_flags) == 1:
+                return
+        self.inner.send(payload)
+
+    def recv(self, timeout: float) -> bytes | None:
+        data = self.inner.recv(timeout)
+        if data is not None and unpack_header(data).seq == self.seq:
+            self.result_flags.append(unpack_header(data).flags)
+        return data
+
+
+def test_a_round_that_waited_for_a_retransmission_gives_no_worker_a_round_trip_sample(switch: Switch,
+                                                                                      job_fabric) -> None:
+    """Worker 3 loses the first copy of the last chunk and sends it again after its timeout
+    (at least 200 ms): the copy says it is a retransmission, the switch marks the round's
+    result, and the other workers, whose chunk waited 200 ms for it, do not take that as
+    their round trip (Karn's rule, for the whole round)."""
+    n, window, chunks = 4, 8, 6
+    workers, links = job_fabric(n, window, timeout=0.2, min_rto=0.2)
+    last = chunks - 1
+    links[3] = DropFirstCopy(links[3].inner, last)
+    workers[3].transport = links[3]
+    inputs = int_inputs(np.random.default_rng(7), n, chunks)
+    results = allreduce_all(workers, inputs)
+    for out, _ in results:
+        np.testing.assert_array_equal(out, np.sum(inputs, axis=0, dtype=np.int32))
+    assert links[3].sent_flags == [0, FLAG_RETRANSMIT]
+    assert links[3].result_flags and all(f & FLAG_RETRANSMIT for f in links[3].result_flags)
+    for w, (_, stats) in enumerate(results):
+        # Chunks 0..4 (or fewer, if the machine stalled a round past its RTO): never chunk 5.
+        assert stats.rtt_samples <= last, (w, stats)

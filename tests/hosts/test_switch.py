@@ -10,7 +10,7 @@ from p4sim.state import TableEntry
 from scapy.layers.inet import ICMP, IP, UDP
 from scapy.layers.l2 import ARP, Ether
 
-from hosts.inc import (AGG_IP, AGG_MAC, FLAG_OVERFLOW, FLAG_RESENT, INC_K, INC_PORT, OP_CONTRIB,
+from hosts.inc import (AGG_IP, AGG_MAC, FLAG_OVERFLOW, FLAG_RESENT, FLAG_RETRANSMIT, INC_K, INC_PORT, OP_CONTRIB,
                        OP_RESULT, POOL_SIZE, REDUCE_MAX, REDUCE_MIN, Inc, IncHeader, pack, unpack)
 from tests.hosts.conftest import Job, counter, host, install_forwarding, install_job, registers
 
@@ -68,6 +68,20 @@ def test_last_contribution_multicasts_the_sum_to_every_worker(sw: Switch) -> Non
         assert (header.slot, header.seq, header.flags) == (2, 2, 0)
     assert counter(sw, "MyIngress.contributions") == 3
     assert counter(sw, "MyIngress.results_multicast") == 1
+
+
+@pytest.mark.parametrize("retransmitted", [0, 1, 2])
+def test_a_round_completed_by_or_including_a_retransmission_says_so_in_its_result(sw: Switch,
+                                                                                  retransmitted: int) -> None:
+    """The worker marks a contribution it sends again; the round's result carries the mark to
+    every worker, so none takes the round's time for a round trip (docs/protocol.md, Timers)."""
+    data = [np.full(INC_K, w + 1, dtype=np.int32) for w in range(3)]
+    outs = []
+    for w in range(3):
+        outs = send(sw, contribution(w, data[w], flags=FLAG_RETRANSMIT if w == retransmitted else 0))
+    assert len(outs) == 3
+    for out in outs:
+        assert check_result(out, out[0] - 1, np.full(INC_K, 6, np.int32)).flags == FLAG_RETRANSMIT
 
 
 def test_retransmitted_contribution_gets_stored_result_alone(sw: Switch) -> None:
