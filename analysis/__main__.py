@@ -189,11 +189,10 @@ def report(summary: dict, fitted: Fit, real_title: str, budget: dict | None) -> 
               f"(" + ", ".join(f"N={n}: {1e6 * v:.0f} us" for n, v in summary["fixed_cost"]["by_workers_s"].items())
               + f"); alpha {1e6 * f.alpha_s:.0f} us per step; {1e6 * f.switch_packet_s:.1f} us per switch pass "
               f"(switch and host CPU), {1e6 * f.switch_aggregate_s:.1f} us more for an aggregating one; "
-              f"{1e6 * f.wakeup_s:.1f} us per process wake-up; {1e9 * f.ack_scan_s:.0f} ns per chunk the ring's "
-              f"ack builder looks at; bandwidth {f.bandwidth_Bps / 1e6:.1f} MB/s.", "",
+              f"{1e6 * f.wakeup_s:.1f} us per process wake-up; bandwidth {f.bandwidth_Bps / 1e6:.1f} MB/s.", "",
               f"Predicted speedup over ring for a real fabric ({real_title}), from our protocol's limits: a host "
               "sends at most window x payload per round trip, one step for INC (its result is its ack), two for "
-              "the ring (a chunk, then its ack); the p4sim costs (switch passes, wake-ups, ack scans) are 0 there:",
+              "the ring (a chunk, then its ack); the p4sim costs (switch passes, wake-ups) are 0 there:",
               "",
               "| N | " + " | ".join(_size(s) for s in PREDICTED_SIZES) + " |",
               "|---|" + "---|" * len(PREDICTED_SIZES)]

@@ -37,9 +37,6 @@ class Fabric:
     wakeup_s: one process woken for packets it waits for (a context switch on shared cores):
         a ring receiver once per step it gets chunks in, a sender per ack that frees its window,
         an INC worker once for its first results and once per later result that frees a slot.
-    ack_scan_s: per received chunk the ring's ack builder looks at (hosts/ring.py lists every
-        chunk of the step received so far to build the selective-ack bitmap, so a link-step of
-        c chunks costs about c^2/16 looks); a cost of that implementation, 0 for a real fabric.
     payload_bytes: tensor bytes per packet; window: packets in flight (INC slots, or the
         ring's unacknowledged chunks), which the ring acknowledges every window / 2 chunks.
     window_limited: whether a host's rate is also capped at window x payload per round trip
@@ -52,7 +49,6 @@ class Fabric:
     switch_packet_s: float = 0.0
     switch_aggregate_s: float = 0.0
     wakeup_s: float = 0.0
-    ack_scan_s: float = 0.0
     call_s: float = 0.0
     worker_s: float = 0.0
     payload_bytes: int = 128
@@ -92,13 +88,12 @@ class Terms:
     passes: int            # switch pipeline passes, data and acks
     aggregating: int       # of which aggregating (INC's contributions)
     wakeups: int
-    ack_scans: int
     chunks: int = 0        # the ring's data chunks and acks over all links (each two passes)
     acks: int = 0
 
     def as_row(self) -> tuple[float, ...]:
         return (self.calls, self.workers, self.steps, self.host_bytes, self.passes, self.aggregating,
-                self.wakeups, self.ack_scans)
+                self.wakeups)
 
 
 def _packets(nbytes: float, payload: int) -> int:
@@ -131,14 +126,12 @@ def terms(algorithm: str, workers: int, nbytes: int, payload: int, window: int =
         acks = n * (steps * m // (n * per_ack))
         link_steps = steps * links
         waits = math.ceil(max(0, per_link - window) / per_ack)
-        # The k-th ack of a link-step lists the k * per_ack chunks of the step received so far.
-        looks = per_ack * (per_link // per_ack) * (per_link // per_ack + 1) // 2
         return Terms(1, n, steps, steps * per_link * payload, 2 * (steps * m + acks), 0,
-                     link_steps * (1 + waits), link_steps * looks, chunks=steps * m, acks=acks)
+                     link_steps * (1 + waits), chunks=steps * m, acks=acks)
     if algorithm == "tree":
-        return Terms(1, n, 2 * math.ceil(math.log2(n)), 2 * m * payload, 4 * (n - 1) * m, 0, 0, 0)
+        return Terms(1, n, 2 * math.ceil(math.log2(n)), 2 * m * payload, 4 * (n - 1) * m, 0, 0)
     if algorithm == "inc":
-        return Terms(1, n, 1, m * payload, 2 * n * m, n * m, n * (1 + max(0, m - window)), 0)
+        return Terms(1, n, 1, m * payload, 2 * n * m, n * m, n * (1 + max(0, m - window)))
     raise ValueError(f"unknown algorithm {algorithm!r}; choose from {ALGORITHMS}")
 
 
@@ -147,8 +140,7 @@ def predict(fabric: Fabric, algorithm: str, workers: int, nbytes: int) -> float:
     t = terms(algorithm, workers, nbytes, fabric.payload_bytes, fabric.window)
     return (t.calls * fabric.call_s + t.workers * fabric.worker_s + t.steps * fabric.alpha_s
             + t.host_bytes / fabric.rate_Bps(algorithm) + t.passes * fabric.switch_packet_s
-            + t.aggregating * fabric.switch_aggregate_s + t.wakeups * fabric.wakeup_s
-            + t.ack_scans * fabric.ack_scan_s)
+            + t.aggregating * fabric.switch_aggregate_s + t.wakeups * fabric.wakeup_s)
 
 
 @dataclass(frozen=True)
@@ -164,14 +156,14 @@ def modelled(runs: list[dict]) -> list[dict]:
     return [r for r in runs if r["algorithm"] in MODELLED]
 
 
-PARAMETERS = 8
+PARAMETERS = 7
 
 
 def fit(runs: list[dict], payload_bytes: int, window: int = 16) -> Fit:
     """Least squares with non-negative parameters over the INC and ring runs' median times.
 
-    The eight parameters (fixed cost per call and per worker, alpha, 1/bandwidth, time per
-    switch pass, the extra of an aggregating pass, per wake-up, per ack-scan look) are linear
+    The seven parameters (fixed cost per call and per worker, alpha, 1/bandwidth, time per
+    switch pass, the extra of an aggregating pass, per wake-up) are linear
     in the counts of `terms`, so this is a non-negative linear least squares. Each point is
     weighted by 1/time so that small messages count as much as large ones: the fit minimises
     relative error, which is what a speedup plot shows.
@@ -185,10 +177,10 @@ def fit(runs: list[dict], payload_bytes: int, window: int = 16) -> Fit:
     t = np.array([float(np.median(r["times_s"])) for r in runs])
     weights = 1.0 / t
     coef, _ = nnls(a * weights[:, None], t * weights)
-    call, worker, alpha, inv_bw, per_pass, per_aggregate, per_wakeup, per_look = (float(c) for c in coef)
+    call, worker, alpha, inv_bw, per_pass, per_aggregate, per_wakeup = (float(c) for c in coef)
     fabric = Fabric(alpha_s=alpha, bandwidth_Bps=1.0 / inv_bw if inv_bw > 0 else math.inf,
                     switch_packet_s=per_pass, switch_aggregate_s=per_aggregate, wakeup_s=per_wakeup,
-                    ack_scan_s=per_look, call_s=call, worker_s=worker, payload_bytes=payload_bytes, window=window)
+                    call_s=call, worker_s=worker, payload_bytes=payload_bytes, window=window)
     rel = errors(fabric, runs)
     return Fit(fabric, float(np.median(rel)), float(rel.max()), len(runs))
 

@@ -16,7 +16,7 @@ from tests.hosts.test_ring import ring_allreduce
 
 REPO = Path(__file__).resolve().parents[2]
 SOFTWARE = Fabric(alpha_s=300e-6, bandwidth_Bps=5e7, switch_packet_s=30e-6, switch_aggregate_s=50e-6,
-                  wakeup_s=40e-6, ack_scan_s=50e-9, call_s=400e-6, worker_s=100e-6, payload_bytes=128, window=16)
+                  wakeup_s=40e-6, call_s=400e-6, worker_s=100e-6, payload_bytes=128, window=16)
 SIZES = (64, 256, 4096, 65536, 1 << 20)
 
 
@@ -70,15 +70,14 @@ def test_ring_with_fewer_chunks_than_workers_counts_only_the_chunks_it_sends():
     """One chunk, 8 workers: 14 steps each forward that one chunk over one link, not 8 of them;
     its ack waits for the delayed-ack timer, after the call."""
     t = terms("ring", 8, 128, payload=128, window=16)
-    assert (t.steps, t.chunks, t.acks, t.passes, t.wakeups, t.ack_scans) == (14, 14, 0, 2 * 14, 14, 0)
+    assert (t.steps, t.chunks, t.acks, t.passes, t.wakeups) == (14, 14, 0, 2 * 14, 14)
     two = terms("ring", 8, 256, payload=128, window=16)
     assert (two.chunks, two.passes, two.wakeups) == (28, 2 * 28, 2 * 14)
     big = terms("ring", 8, 8 * 128 * 32, payload=128, window=16)   # 32 chunks per link and step
     assert big.chunks == 14 * 8 * 32 and big.acks == 8 * 14 * 32 // 8
     assert big.passes == 2 * (big.chunks + big.acks)
-    # Per link-step: woken for its chunks, then for the 2 acks that free the window past 16;
-    # the acks after 8, 16, 24, 32 chunks each list the chunks so far: 8 + 16 + 24 + 32.
-    assert big.wakeups == 14 * 8 * (1 + 2) and big.ack_scans == 14 * 8 * 80
+    # Per link-step: woken for its chunks, then for the 2 acks that free the window past 16.
+    assert big.wakeups == 14 * 8 * (1 + 2)
     assert terms("inc", 8, 128 * 20, payload=128, window=16).wakeups == 8 * (1 + 4)
 
 
@@ -102,7 +101,6 @@ def test_fit_recovers_parameters_of_noiseless_measurements():
     assert fitted.fabric.switch_packet_s == pytest.approx(SOFTWARE.switch_packet_s, rel=1e-3)
     assert fitted.fabric.switch_aggregate_s == pytest.approx(SOFTWARE.switch_aggregate_s, rel=1e-3)
     assert fitted.fabric.wakeup_s == pytest.approx(SOFTWARE.wakeup_s, rel=1e-3)
-    assert fitted.fabric.ack_scan_s == pytest.approx(SOFTWARE.ack_scan_s, rel=1e-3)
     assert fitted.fabric.call_s + 8 * fitted.fabric.worker_s == pytest.approx(1.2e-3, rel=1e-3)
 
 
@@ -124,8 +122,8 @@ def test_out_of_sample_error_is_that_of_the_fitted_model_on_the_held_out_count()
 
 
 def test_fit_refuses_too_few_points():
-    with pytest.raises(ValueError, match="at least 8"):
-        fit(synthetic_runs(SOFTWARE, 0.0)[:7], payload_bytes=128)
+    with pytest.raises(ValueError, match="at least 7"):
+        fit(synthetic_runs(SOFTWARE, 0.0)[:6], payload_bytes=128)
 
 
 def test_cli_writes_plots_summary_and_report(tmp_path):
