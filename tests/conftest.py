@@ -50,12 +50,6 @@ def bmv2_missing() -> str | None:
     return None
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--target", choices=("p4sim", "bmv2"), default="p4sim",
-                     help="the switch the Mininet fabric tests run on (make test TARGET=bmv2); "
-                          "bmv2 needs simple_switch_grpc and p4c on PATH, else those tests skip")
-
-
 @pytest.fixture(scope="session")
 def switch_target(request: pytest.FixtureRequest) -> str:
     """The target of `--target`; a test using it skips when that is BMv2 and BMv2 is absent."""
