@@ -93,9 +93,14 @@ class InProcessP4sim:
         with self._lock:
             self.switch = switch
 
-    def kill(self) -> None:
+    def die(self) -> None:
+        """The switch is gone from this instant: packets sent to it from now on are lost
+        (`kill` or `restart` then also stops its P4Runtime server)."""
         with self._lock:
             self.switch = None
+
+    def kill(self) -> None:
+        self.die()
         if self._server is not None:
             self._server.stop(None).wait()
             self._service.close()

@@ -308,7 +308,14 @@ def test_switch_killed_mid_call_finishes_on_the_ring_with_the_exact_sum(
                 a.on_fallback = events.append
             half_way = threading.Event()
             sent = agents[0].inc.transport
-            sent.after_send = lambda: sent.sends == LENGTH // INC_K * 3 // 2 and half_way.set()
+
+            def die_half_way() -> None:
+                # At once, from the sending thread: had the test's thread killed the switch on
+                # waking, the switch could have finished call 1 in the meantime (CI saw it).
+                if sent.sends == LENGTH // INC_K * 3 // 2:
+                    p4sim_server.die()
+                    half_way.set()
+            sent.after_send = die_half_way
             results = run_through_a_switch_loss(agents, calls, p4sim_server, half_way, pipeline, topo)
     finally:
         pool.close()
