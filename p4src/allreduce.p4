@@ -569,6 +569,7 @@ control MyIngress(inout headers_t hdr,
             drop_slot_out_of_range();
             return;
         }
+
         // Each slot has two copies; a worker flips pool_version each time it reuses the
         // slot, so the previous round's result stays available for retransmissions
         // while the next round fills the other copy.

@@ -171,7 +171,8 @@ class Fabric:
             rec.path.unlink(missing_ok=True)
         self._children.clear()
         try:
-            unimpair_switch_links(self.topo)
+            if self._impairment is not None and self._impairment.switch_loss_pct:
+                unimpair_switch_links(self.topo)
             if self.net is not None:
                 self.net.stop()
         finally:
@@ -230,6 +231,7 @@ class Fabric:
         """Replace the loss/duplication/reordering rules on every host link and the loss rules
         on every link between switches (None: none)."""
         had_lanes = self._impairment is not None and self._impairment.reorder_pct > 0
+        had_switch_loss = self._impairment is not None and self._impairment.switch_loss_pct > 0
         self._impairment = impairment
         for spec in self.topo.hosts.values():
             host = self.host(spec.name)
@@ -246,7 +248,8 @@ class Fabric:
             out, _ = proc.communicate(impairment.nft_ruleset(spec.intf))
             if proc.returncode != 0:
                 raise FabricError(f"{spec.name}: cannot set loss/duplication on {spec.intf} with nft: {out.strip()}")
-        unimpair_switch_links(self.topo)
+        if had_switch_loss:
+            unimpair_switch_links(self.topo)
         if impairment is not None and impairment.switch_loss_pct:
             for intf in self.topo.switch_link_intfs():
                 done = subprocess.run(["nft", "-f", "-"], input=impairment.switch_link_ruleset(intf), text=True,
@@ -257,16 +260,15 @@ class Fabric:
     def impairment_counts(self) -> dict[str, int]:
         """Packets the impairment rules dropped, duplicated and sent down the slow lane so far."""
         counts = dict.fromkeys(_COUNT_NAMES.values(), 0)
-        listings = [self.host(spec.name).cmd(f"nft list table netdev {IMPAIR_TABLE} 2>/dev/null")
-                    for spec in self.topo.hosts.values()]
+        for spec in self.topo.hosts.values():
+            rules = self.host(spec.name).cmd(f"nft list table netdev {IMPAIR_TABLE} 2>/dev/null")
+            for packets, verdict in _NFT_COUNTER.findall(rules):
+                counts[_COUNT_NAMES[verdict]] += int(packets)
         counts["switch_link_drop"] = 0
         for intf in self.topo.switch_link_intfs():
             done = subprocess.run(["nft", "list", "table", "netdev", switch_table(intf)], text=True,
                                   capture_output=True, check=False)
             counts["switch_link_drop"] += sum(int(n) for n, _ in _NFT_COUNTER.findall(done.stdout))
-        for rules in listings:
-            for packets, verdict in _NFT_COUNTER.findall(rules):
-                counts[_COUNT_NAMES[verdict]] += int(packets)
         return counts
 
 

@@ -23,6 +23,7 @@ WORKERS = ("h1", "h2", "h3", "h4")
 LEAF_OF = {"h1": "s1", "h2": "s1", "h3": "s2", "h4": "s2"}
 SPINE, UPLINK, LEAF_MEMBER = "s3", 3, {"s1": 4, "s2": 5}
 Arrivals = list[tuple[str, bytes]]
+HOSTS = leaf_spine(2, 1, 2).hosts    # the fabric's hosts: each test's switches differ, its hosts do not
 
 
 @pytest.fixture
@@ -50,16 +51,12 @@ def inputs(seed: int) -> dict[str, np.ndarray]:
     return {h: rng.integers(-2**20, 2**20, INC_K, dtype=np.int32) for h in WORKERS}
 
 
-def fabric_ip(host: str) -> str:
-    return leaf_spine(2, 1, 2).hosts[host].address
-
-
 def check_results(arrivals: Arrivals, hosts: set[str], expected: np.ndarray, flags: int = 0) -> None:
     """Exactly `hosts` got the result, addressed to them, with these flags."""
     assert sorted(h for h, _ in arrivals) == sorted(hosts)
     for host, data in arrivals:
         pkt = Ether(data)
-        assert (pkt[IP].src, pkt[IP].dst) == (AGG_IP, fabric_ip(host)) and pkt[Inc].opcode == OP_RESULT
+        assert (pkt[IP].src, pkt[IP].dst) == (AGG_IP, HOSTS[host].address) and pkt[Inc].opcode == OP_RESULT
         assert pkt[Inc].worker_id == WORKERS.index(host) and int(pkt[Inc].flags) == flags
         assert pkt[Inc].elements == expected.tolist()
 
