@@ -49,6 +49,9 @@ def mpirun_command(fabric: Fabric, hosts: list[str], launcher: Path, cwd: Path) 
             "--mca", "plm_rsh_agent", str(launcher),
             # The ranks share the machine's cores with each other and the switch: spin politely.
             "--mca", "mpi_yield_when_idle", "1",
+            # orted maps the hwloc topology into shared memory at the "biggest" hole of its address
+            # space; on some machines that write segfaults (Open MPI 4.1.4, hwloc_shmem_topology_write).
+            "--mca", "rtc_hwloc_vmhole", "none",
             "--mca", "pml", "ob1", "--mca", "btl", "tcp,self",
             "--mca", "btl_tcp_if_include", subnet, "--mca", "oob_tcp_if_include", subnet,
             sys.executable, "-m", "bench.mpi_worker"]
