@@ -52,6 +52,8 @@ def mpirun_command(fabric: Fabric, hosts: list[str], launcher: Path, cwd: Path) 
             # orted maps the hwloc topology into shared memory at the "biggest" hole of its address
             # space; on some machines that write segfaults (Open MPI 4.1.4, hwloc_shmem_topology_write).
             "--mca", "rtc_hwloc_vmhole", "none",
+            # Every rank pair connects in MPI_Init, not at its first message in some trial.
+            "--mca", "mpi_preconnect_mpi", "1",
             "--mca", "pml", "ob1", "--mca", "btl", "tcp,self",
             "--mca", "btl_tcp_if_include", subnet, "--mca", "oob_tcp_if_include", subnet,
             sys.executable, "-m", "bench.mpi_worker"]

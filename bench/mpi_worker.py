@@ -2,7 +2,9 @@
 through mpi4py), one rank per Mininet host, its TCP traffic through the same switch.
 
 Started by `mpirun` (see bench/mpi.py). Rank 0 reads trials as JSON lines on stdin, as
-bench.worker does, and broadcasts them; every rank runs a barrier and one timed
+bench.worker does, and sends them to the other ranks, which wait for them asleep: an MPI
+rank blocked in a collective spins, and N spinning ranks between MPI trials would take the
+2 cores from the switch and the INC and ring workers in theirs. Every rank runs a barrier and one timed
 `Allreduce`, waits for the others (a barrier: a check must not take a core from a rank still
 in its call), checks its sum against numpy, and rank 0 answers with every rank's start and
 end (CLOCK_MONOTONIC, shared by all namespaces of the machine) on one JSON line.
@@ -12,12 +14,29 @@ from __future__ import annotations
 import json
 import sys
 import time
+from typing import Any
 
 import numpy as np
 from mpi4py import MPI
 
 from bench.worker import sum_is_right
 from hosts.worker import generated_tensor
+
+TRIAL_TAG = 1
+IDLE_POLL_S = 0.0005      # how often a waiting rank looks for the next trial
+
+
+def next_trial(comm: MPI.Comm) -> dict[str, Any] | None:
+    """The next trial, None at the end of input; ranks other than 0 sleep between looks."""
+    if comm.rank == 0:
+        line = sys.stdin.readline()
+        trial = json.loads(line) if line else None
+        for rank in range(1, comm.size):
+            comm.send(trial, dest=rank, tag=TRIAL_TAG)
+        return trial
+    while not comm.Iprobe(source=0, tag=TRIAL_TAG):
+        time.sleep(IDLE_POLL_S)
+    return comm.recv(source=0, tag=TRIAL_TAG)
 
 
 def run_trial(comm: MPI.Comm, trial: dict) -> dict:
@@ -36,8 +55,7 @@ def run_trial(comm: MPI.Comm, trial: dict) -> dict:
 def main() -> int:
     comm = MPI.COMM_WORLD
     while True:
-        line = sys.stdin.readline() if comm.rank == 0 else None
-        trial = comm.bcast(json.loads(line) if line else None, root=0)
+        trial = next_trial(comm)
         if trial is None:
             return 0
         replies = comm.gather(run_trial(comm, trial), root=0)
