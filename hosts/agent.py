@@ -155,6 +155,8 @@ class Worker:
     rto: RtoEstimator = field(init=False)
     cwnd: CongestionWindow = field(init=False)
     _basis: np.ndarray | None = field(default=None, repr=False)   # last float call's agreed exponents
+    # When the first result ever came: until then every peer may still be starting up.
+    _live_since: float = field(default=math.inf, repr=False)
 
     def __post_init__(self) -> None:
         cfg = self.config
@@ -320,9 +322,13 @@ class Worker:
             return None
         del in_flight[header.seq]
         now = time.monotonic()
-        # Karn: a retransmitted chunk's answer may be to either copy; and a round that waited for
-        # some worker's retransmission timed that worker's timer, not the path.
-        if item.sends == 1 and not header.flags & FLAG_RETRANSMIT:
+        self._live_since = min(self._live_since, now)
+        # Karn: a retransmitted chunk's answer may be to either copy; a round that waited for
+        # some worker's retransmission timed that worker's timer, not the path; and a chunk sent
+        # before the job's first result timed the slowest peer's start-up (processes started
+        # together begin up to 0.5 s apart on 2 loaded cores), which would set every early
+        # starter's RTO to seconds for as long as the call lasts.
+        if item.sends == 1 and not header.flags & FLAG_RETRANSMIT and item.first_sent >= self._live_since:
             self.rto.sample(now - item.first_sent)
         self.cwnd.on_ack(item.seq)
         if not call.stats.results:

@@ -155,6 +155,7 @@ def test_a_missing_peer_ends_the_call_at_the_time_budget_with_the_job_seq_and_ti
 def test_stats_of_a_clean_call_count_every_packet_and_serialise_to_json(switch: Switch, job_fabric) -> None:
     workers, _ = job_fabric(2, 4)
     inputs = int_inputs(np.random.default_rng(4), 2, 3)
+    allreduce_all(workers, inputs)      # the first call's chunks time the peers' start: no samples
     for _, stats in allreduce_all(workers, [x[:70] for x in inputs]):
         record = json.loads(json.dumps(stats.to_dict()))
         # (a retransmission only if this busy machine stalls the in-process switch for an RTO)
@@ -220,6 +221,28 @@ def test_waiting_for_a_late_peer_costs_one_probe_per_timeout_not_a_window(switch
     # timeouts at 0.05, 0.15 and 0.35 s: one probe each, where a window of copies would be 8 each
     assert 2 <= early.timeouts <= 5 and early.retransmits == early.timeouts
     assert early.packets_sent == chunks + early.retransmits and early.first_result_s >= 0.3
+
+
+def test_a_late_peers_start_up_is_not_taken_for_the_round_trip(switch: Switch, job_fabric) -> None:
+    """Worker 1 starts 0.3 s late. The early worker's first window waits for it (under its
+    1 s first RTO, so nothing is resent): those waits time the peer's start-up, not the path,
+    and are no samples; the chunks sent after the first result are, and SRTT is milliseconds."""
+    n, window, chunks, late_s = 2, 4, 8, 0.3
+    workers, _ = job_fabric(n, window, timeout=1.0)
+    inputs = int_inputs(np.random.default_rng(11), n, chunks)
+
+    def run(w: int) -> tuple[np.ndarray, CallStats]:
+        if w == 1:
+            time.sleep(late_s)
+        return workers[w].allreduce(inputs[w]), workers[w].last_stats
+    with ThreadPoolExecutor(n) as pool:
+        (early_out, early), (late_out, _) = pool.map(run, range(n))
+    for out in (early_out, late_out):
+        np.testing.assert_array_equal(out, np.sum(inputs, axis=0, dtype=np.int32))
+    assert early.first_result_s >= late_s - 0.05 and early.retransmits == 0
+    # The second window's chunks, sent once results flowed; at most all of them.
+    assert 1 <= early.rtt_samples <= chunks - window, early
+    assert early.srtt_s < late_s / 6, early
 
 
 class DropFirstCopy(LossyLink):
