@@ -157,6 +157,10 @@ class ExprGen(CodeGen):
                 h = 1 << (t.width - 1)
                 if isinstance(src, BitType) and src.signed and src.width <= t.width:
                     return v
+                if isinstance(src, BitType) and src.width <= t.width:
+                    # Every bit<W> value p4sim computes or stores is already in [0, 2^W)
+                    # (fields, locals, parameters, registers); only the sign needs flipping.
+                    return f"(({v} ^ {h}) - {h})"
                 return f"((({v} & {mask(t.width)}) ^ {h}) - {h})"
             if sw is not None and sw <= t.width and not (isinstance(src, BitType) and src.signed):
                 return v
