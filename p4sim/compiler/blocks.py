@@ -5,7 +5,7 @@ from ..frontend import ast
 from ..ir import ActionProfileInfo
 from ..frontend.checker import Sym
 from ..frontend.types import BoolType, ExternType, StackType, is_header
-from .common import CodeGen, Ctx, attr, param_py, py_ident, scalar, unique_actions
+from .common import CodeGen, Ctx, attr, mentions, param_py, path_of, py_ident, scalar, unique_actions
 
 MAX_PARSER_STEPS = 1000          # a parser that loops longer fails with ParserTimeout
 
@@ -38,36 +38,14 @@ def live_statements(stmts: list[ast.Stmt]) -> list[ast.Stmt]:
 
 
 def _overwritten(lhs: ast.Expr, rest: list[ast.Stmt]) -> bool:
-    path = _path(lhs)
+    path = path_of(lhs)
     if path is None:
         return False
     for s in rest:
-        if isinstance(s, ast.Assign) and _path(s.lhs) == path and not _mentions(s.rhs, path):
+        if isinstance(s, ast.Assign) and path_of(s.lhs) == path and not mentions(s.rhs, path):
             return True
-        if _mentions(s, path):
+        if mentions(s, path):
             return False
-    return False
-
-
-def _path(e: ast.Expr) -> str | None:
-    if isinstance(e, ast.NameRef):
-        return e.name
-    if isinstance(e, ast.Member) and not isinstance(e.expr.type, StackType):
-        base = _path(e.expr)
-        return None if base is None else f"{base}.{e.name}"
-    return None
-
-
-def _mentions(node: object, path: str) -> bool:
-    """Does anything in node read or write path, a prefix of it or a part of it?"""
-    p = _path(node) if isinstance(node, ast.Expr) else None
-    if p is not None and (p == path or path.startswith(p + ".") or p.startswith(path + ".")):
-        return True
-    children = vars(node).values() if hasattr(node, "__dict__") else ()
-    for c in children:
-        for item in (c if isinstance(c, list) else [c]):
-            if isinstance(item, ast.Node) and _mentions(item, path):
-                return True
     return False
 
 

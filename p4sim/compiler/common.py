@@ -8,7 +8,7 @@ from typing import Any
 
 from ..frontend import ast
 from ..frontend.checker import CheckedProgram, Sym, const_value, error_at
-from ..frontend.types import BitType, BoolType, EnumType, ErrorType, IntType, StructType, Type
+from ..frontend.types import BitType, BoolType, EnumType, ErrorType, IntType, StackType, StructType, Type
 
 
 def attr(name: str) -> str:
@@ -26,6 +26,29 @@ def mask(w: int) -> int:
 
 def py_ident(name: str) -> str:
     return "".join(c if c.isalnum() or c == "_" else "_" for c in name)
+
+
+def path_of(e: ast.Expr) -> str | None:
+    """`hdr.ipv4.ttl` for a variable or a (nested) member of one; None for anything else."""
+    if isinstance(e, ast.NameRef):
+        return e.name
+    if isinstance(e, ast.Member) and not isinstance(e.expr.type, StackType):
+        base = path_of(e.expr)
+        return None if base is None else f"{base}.{e.name}"
+    return None
+
+
+def mentions(node: object, path: str) -> bool:
+    """Does anything in node read or write path, a prefix of it or a part of it?"""
+    p = path_of(node) if isinstance(node, ast.Expr) else None
+    if p is not None and (p == path or path.startswith(p + ".") or p.startswith(path + ".")):
+        return True
+    children = vars(node).values() if hasattr(node, "__dict__") else ()
+    for c in children:
+        for item in (c if isinstance(c, list) else [c]):
+            if isinstance(item, ast.Node) and mentions(item, path):
+                return True
+    return False
 
 
 def param_py(p: ast.Param) -> str:

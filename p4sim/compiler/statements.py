@@ -1,21 +1,134 @@
 """Statements and calls (actions, functions, sub-blocks) with P4's copy-in/copy-out."""
 from __future__ import annotations
 
+import copy
+
 from ..frontend import ast
 from ..frontend.checker import Sym, Target, error_at
 from ..frontend.types import ActionRunType, StackType, StructType, Type
-from .common import CodeGen, Ctx, attr, mask
+from .common import CodeGen, Ctx, attr, mask, mentions, path_of, scalar
 
 
 def is_union_member(e: ast.Expr) -> bool:
     return isinstance(e, ast.Member) and isinstance(e.expr.type, StructType) and e.expr.type.kind == "header_union"
 
 
+def forward_single_uses(stmts: list[ast.Stmt]) -> list[ast.Stmt | str]:
+    """The statements with each single-use temporary computed where it is used.
+
+    `t = E; ...; x = f(t);` becomes `...; x = f(E);` when t is a scalar local declared in
+    this list, E only reads variables and fields (no calls, division or indexing), nothing
+    in between writes what E reads, x's statement is the next to mention t and reads it
+    once, and t is dead after it (overwritten next, or its scope ends with the list). The
+    values are the same; E is just evaluated only if f gets to it. In allreduce.p4's
+    add_contribution each element's min and max are computed for every op and used by
+    one arm of a `?:` on the op: most of the work of a sum was those two. A definition
+    moved away leaves a comment, so the generated code still shows where t went."""
+    out: list = list(stmts)
+    declared: set[int] = set()
+    for i, s in enumerate(out):
+        if isinstance(s, ast.VarDecl):
+            declared.add(id(s._sym))
+        d = _definition(s)
+        if d is None or d[0] is None or id(d[0]) not in declared:
+            continue
+        sym, rhs = d
+        if sym.frame or not scalar(sym.type) or not _pure(rhs) or mentions(rhs, sym.name):
+            continue
+        j = next((k for k in range(i + 1, len(out)) if not isinstance(out[k], str)
+                  and mentions(out[k], sym.name)), None)
+        if j is None or not _movable_to(rhs, sym, out[i + 1:j], out[j], out[j + 1:]):
+            continue
+        use = copy.copy(out[j])
+        if isinstance(use, ast.Assign):
+            use.rhs = _substitute(use.rhs, sym, rhs)
+        else:
+            use.init = _substitute(use.init, sym, rhs)
+        out[i], out[j] = f"# {sym.name}: computed at its one use below", use
+    return out
+
+
+def _definition(s: object) -> tuple[Sym | None, ast.Expr] | None:
+    """(variable, value) of `v = E;` or `T v = E;`; variable None for other targets."""
+    if isinstance(s, ast.VarDecl) and s.init is not None:
+        return s._sym, s.init
+    if isinstance(s, ast.Assign):
+        lhs = s.lhs
+        return (lhs.decl if isinstance(lhs, ast.NameRef) else None), s.rhs
+    return None
+
+
+def _movable_to(e: ast.Expr, sym: Sym, between: list, use: object, after: list) -> bool:
+    for s in between:                   # assignments of pure values to what e does not read
+        if isinstance(s, (str, ast.Empty, ast.ConstDecl)):
+            continue
+        if isinstance(s, ast.VarDecl) and s.init is None:
+            continue
+        d = _definition(s)
+        target = path_of(s.lhs) if isinstance(s, ast.Assign) else getattr(s, "name", None)
+        if d is None or target is None or not _pure(d[1]) or mentions(e, target):
+            return False
+    d = _definition(use)
+    target = path_of(use.lhs) if isinstance(use, ast.Assign) else getattr(use, "name", None)
+    if d is None or target is None or not _pure(d[1]) or _uses(d[1], sym) != 1:
+        return False
+    if target == sym.name:              # `t = g(t)`: the use itself overwrites t
+        return True
+    for s in after:                     # dead after the use: the next mention overwrites t
+        if isinstance(s, str) or not mentions(s, sym.name):
+            continue
+        return isinstance(s, ast.Assign) and path_of(s.lhs) == sym.name and not mentions(s.rhs, sym.name)
+    return True
+
+
+def _pure(e: ast.Expr) -> bool:
+    """A scalar expression that only reads variables and fields: no call, no exception."""
+    if isinstance(e, (ast.IntLit, ast.BoolLit, ast.TypeMember)):
+        return True
+    if isinstance(e, ast.NameRef):
+        return e.decl is not None and e.decl.kind in ("var", "param", "const")
+    if isinstance(e, ast.Member):
+        return isinstance(e.expr.type, StructType) and _pure(e.expr)
+    if isinstance(e, ast.Slice):
+        return _pure(e.expr)
+    if isinstance(e, (ast.Unary, ast.Cast)):
+        return scalar(e.type) and _pure(e.expr)
+    if isinstance(e, ast.Binary):
+        return e.op not in ("/", "%") and scalar(e.left.type) and _pure(e.left) and _pure(e.right)
+    if isinstance(e, ast.Cond):
+        return _pure(e.cond) and _pure(e.then) and _pure(e.else_)
+    return False
+
+
+def _uses(e: ast.Expr, sym: Sym) -> int:
+    if isinstance(e, ast.NameRef):
+        return int(e.decl is sym)
+    return sum(_uses(v, sym) for v in vars(e).values() if isinstance(v, ast.Expr))
+
+
+def _substitute(e: ast.Expr, sym: Sym, value: ast.Expr) -> ast.Expr:
+    """e with its one reference to sym replaced by value (copies on the way; the rest shared)."""
+    if isinstance(e, ast.NameRef) and e.decl is sym:
+        return value
+    new = e
+    for name, v in vars(e).items():
+        if isinstance(v, ast.Expr):
+            r = _substitute(v, sym, value)
+            if r is not v:
+                if new is e:
+                    new = copy.copy(e)
+                setattr(new, name, r)
+    return new
+
+
 class StmtGen(CodeGen):
     # ---- statements -------------------------------------------------------------
     def block(self, b: ast.Block, ctx: Ctx) -> None:
-        for s in b.stmts:
-            self.stmt(s, ctx)
+        for s in forward_single_uses(b.stmts):
+            if isinstance(s, str):
+                self.emit(s)
+            else:
+                self.stmt(s, ctx)
 
     def body(self, s: ast.Stmt, ctx: Ctx) -> None:
         self.ind += 1
