@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import random
+import struct
 import threading
 import time
 from typing import Any, Callable
@@ -188,7 +189,7 @@ class Switch:
             ns: dict[str, Any] = {      # the generated module's free names (see compiler.py)
                 "Reject": Reject, "Exit": Exit, "AssertFailed": AssertFailed, "Stack": Stack,
                 "PK": pk, "HASH": hash_functions(self._rng), "RNG": self._rng, "to_bytes": to_bytes,
-                "shl": shl, "CSUM16_BITS": csum16_bits, "monotonic_ns": time.monotonic_ns,
+                "shl": shl, "Struct": struct.Struct, "CSUM16_BITS": csum16_bits, "monotonic_ns": time.monotonic_ns,
                 "LOG": trace_log.info, "LOG_MSG": _log_msg,
                 "ERROR_NAMES": {v: k for k, v in program.checked.errors.items()},
             }
