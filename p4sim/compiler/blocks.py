@@ -83,11 +83,12 @@ class BlockGen(CodeGen):
         for st in d.states:
             self.emit(f"def PS_{py_ident(d.name)}_{st.name}({sig}):")
             self.ind += 1
-            if self.trace:
-                self.emit(f"LOG('parser {d.name}: state {st.name}')")
-            for s in live_statements(st.stmts):
-                self.stmt(s, ctx)
-            self.transition(st.transition, d.name, ctx)
+            with self.local_aliases():
+                if self.trace:
+                    self.emit(f"LOG('parser {d.name}: state {st.name}')")
+                for s in live_statements(st.stmts):
+                    self.stmt(s, ctx)
+                self.transition(st.transition, d.name, ctx)
             self.ind -= 1
         self.emit(f"def P_{py_ident(d.name)}({', '.join(names)}):")
         self.ind += 1
@@ -185,12 +186,13 @@ class BlockGen(CodeGen):
             self.table(t, ctx)
         self.emit(f"def C_{py_ident(d.name)}({', '.join(names)}):")
         self.ind += 1
-        self.emit(f"L = {fl}()" if fl else "L = None")
-        if fl:
-            self.frame_init(info, ctx)
-        if self.trace:
-            self.emit(f"LOG('control {d.name}: start')")
-        self.callee_body(d.body, ctx)
+        with self.local_aliases():
+            self.emit(f"L = {fl}()" if fl else "L = None")
+            if fl:
+                self.frame_init(info, ctx)
+            if self.trace:
+                self.emit(f"LOG('control {d.name}: start')")
+            self.callee_body(d.body, ctx)
         self.ind -= 1
 
     def action(self, a: Sym, ctx: Ctx, prefix: str) -> None:
@@ -202,11 +204,12 @@ class BlockGen(CodeGen):
         ctx.block, ctx.ctl_args, ctx.pkt = outer.block, outer.ctl_args, outer.pkt
         self.emit(f"def {a.pyname}({sig}):")
         self.ind += 1
-        if self.trace:
-            shown = [p.decl_sym.pyname for p in d.params if p.direction == ""]
-            fmt = ", ".join(f"{p.name}=%s" for p in d.params if p.direction == "")
-            self.emit(f"LOG('action {a.qname}({fmt})'" + "".join(f", {n}" for n in shown) + ")")
-        self.callee_body(d.body, ctx)
+        with self.local_aliases():
+            if self.trace:
+                shown = [p.decl_sym.pyname for p in d.params if p.direction == ""]
+                fmt = ", ".join(f"{p.name}=%s" for p in d.params if p.direction == "")
+                self.emit(f"LOG('action {a.qname}({fmt})'" + "".join(f", {n}" for n in shown) + ")")
+            self.callee_body(d.body, ctx)
         self.ind -= 1
 
     def callee_ctx(self, kind: str, params: list[ast.Param]) -> Ctx:
@@ -250,7 +253,8 @@ class BlockGen(CodeGen):
         ctx = self.callee_ctx("function", d.params)
         self.emit(f"def {f.pyname}({', '.join(p.decl_sym.pyname for p in d.params)}):")
         self.ind += 1
-        self.callee_body(d.body, ctx)
+        with self.local_aliases():
+            self.callee_body(d.body, ctx)
         self.ind -= 1
 
     def member_of_entry(self, d: ast.TableDecl, ap: ActionProfileInfo, ctx: Ctx) -> None:

@@ -2,9 +2,10 @@
 output buffer, and where the statement being compiled lives (Ctx)."""
 from __future__ import annotations
 
+import contextlib
 import keyword
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 from ..frontend import ast
 from ..frontend.checker import CheckedProgram, Sym, const_value, error_at
@@ -90,9 +91,52 @@ class CodeGen:
         self.ind = 0
         self.uid = 0
         self.where: ast.Node | None = None          # what is being compiled, for internal errors
+        self.aliases: dict[str, tuple[str, str]] | None = None   # ref -> (placeholder, local name)
 
     def emit(self, line: str) -> None:
         self.lines.append("    " * self.ind + line)
+
+    @contextlib.contextmanager
+    def local_aliases(self) -> Iterator[None]:
+        """Around the body of one generated function: a header of a parameter (`b_hdr.inc`)
+        or a register's cells (`O_r.values`) that the body uses more than once is read
+        into a local first (`h_inc = b_hdr.inc`, `R_MyIngress_r = O_MyIngress_r.values`),
+        and the body uses the local: an attribute (or global) lookup less per use.
+
+        Safe because those objects never change identity while a function runs: header,
+        struct and union assignments, setValid/setInvalid and copy-out all write into the
+        existing objects (_set, _setv, _v), a parameter is never rebound, and register
+        resets refill the same list. Stack elements do change (push_front, pop_front), so
+        stacks and anything reached through them are not aliased."""
+        assert self.aliases is None
+        self.aliases = {}
+        start, indent = len(self.lines), "    " * self.ind
+        try:
+            yield
+        finally:
+            aliases, self.aliases = self.aliases, None
+        body = self.lines[start:]
+        names: set[str] = set()
+        head = []
+        for ref, (ph, name) in aliases.items():
+            if sum(line.count(ph) for line in body) < 2:
+                body = [line.replace(ph, ref) for line in body]
+                continue
+            while name in names:
+                name += "_"
+            names.add(name)
+            head.append(f"{indent}{name} = {ref}")
+            body = [line.replace(ph, name) for line in body]
+        self.lines[start:] = head + body
+
+    def alias(self, ref: str, name: str) -> str:
+        """ref, or in a local_aliases body a placeholder for it (a NUL never appears
+        in generated code otherwise: string literals are written with repr)."""
+        if self.aliases is None:
+            return ref
+        if ref not in self.aliases:
+            self.aliases[ref] = (f"\0{len(self.aliases)}\0", name)
+        return self.aliases[ref][0]
 
     def tmp(self, base: str = "t") -> str:
         self.uid += 1

@@ -5,7 +5,7 @@ from ..frontend import ast
 from ..frontend.checker import Target, const_value, error_at, expr_text
 from ..frontend.types import (ActionRunType, ApplyResultType, BitType, BoolType, EnumType,
                               StackType, StructType, TupleType, Type, is_header)
-from .common import CodeGen, Ctx, attr, cls_name, mask
+from .common import CodeGen, Ctx, attr, cls_name, mask, py_ident
 
 
 class ExprGen(CodeGen):
@@ -51,7 +51,16 @@ class ExprGen(CodeGen):
             if e.name == "miss":
                 return f"(not {base}[0])"
             return f"{base}[1]"
-        return f"{base}.{attr(e.name)}"
+        return self.member_ref(e, base)
+
+    def member_ref(self, e: ast.Member, base: str) -> str:
+        """`base.field`; a header or struct of a parameter through its local alias, if any
+        (`h_<field>`: no other generated name starts with h_)."""
+        ref = f"{base}.{attr(e.name)}"
+        if isinstance(e.expr, ast.NameRef) and e.expr.decl.kind == "param" and not e.expr.decl.frame \
+                and isinstance(e.type, StructType):
+            return self.alias(ref, f"h_{py_ident(e.name)}")
+        return ref
 
     def x_Index(self, e: ast.Index, ctx) -> str:
         i = const_value(e.index, self.cp.errors)

@@ -130,10 +130,11 @@ class ExternGen(CodeGen):
                 return
             if ext == "register":
                 info = self.cp.info.registers[t.sym.qname]
+                cells = self.alias(f"{inst}.values", "R_" + str(inst).removeprefix("O_"))   # no other R_ names
                 if name == "read":
                     i = self.tmp("i")
                     self.emit(f"{i} = {self.expr(a[1], ctx)}")
-                    self.store(a[0], f"{inst}.values[{i}] if {i} < {info.size} else 0", ctx, info.bitwidth)
+                    self.store(a[0], f"{cells}[{i}] if {i} < {info.size} else 0", ctx, info.bitwidth)
                     if self.trace:
                         self.emit(f"LOG('register {t.sym.qname}.read(%d)', {i})")
                 else:
@@ -142,9 +143,9 @@ class ExternGen(CodeGen):
                     v, vt = self.expr(a[1], ctx), a[1].type
                     if not (isinstance(vt, BitType) and not vt.signed and vt.width <= info.bitwidth):
                         v = f"({v}) & {mask(info.bitwidth)}"
-                    self.emit(f"if {i} < {info.size}: {inst}.values[{i}] = {v}")
+                    self.emit(f"if {i} < {info.size}: {cells}[{i}] = {v}")
                     if self.trace:
-                        self.emit(f"LOG('register {t.sym.qname}.write(%d, %d)', {i}, {inst}.values[{i}] if {i} < {info.size} else 0)")
+                        self.emit(f"LOG('register {t.sym.qname}.write(%d, %d)', {i}, {cells}[{i}] if {i} < {info.size} else 0)")
                 return
             if ext == "counter":
                 self.emit(f"{inst}.count({self.expr(a[0], ctx)}, PK.length)")

@@ -274,7 +274,7 @@ class StmtGen(CodeGen):
                 if e.name == "last" and ctx.kind != "parser":
                     return f"{base}.at({base}.nxt - 1)"
                 return f"{base}.last_elem()" if e.name == "last" else f"{base}.next_elem()"
-            return f"{self.lvalue(e.expr, ctx)}.{attr(e.name)}"
+            return self.member_ref(e, self.lvalue(e.expr, ctx))
         if isinstance(e, ast.Index):
             return f"{self.lvalue(e.expr, ctx)}.at({self.expr(e.index, ctx)})"
         raise error_at(e, "this expression cannot be assigned to")

@@ -1,5 +1,6 @@
-"""Single-use temporaries computed where they are used (statements.forward_single_uses) and
-signed casts of unsigned values: the same results as computing them in program order.
+"""Single-use temporaries computed where they are used (statements.forward_single_uses),
+headers read through local aliases (CodeGen.local_aliases) and signed casts of unsigned
+values: the same results as the plain code in program order.
 """
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ PROGRAM = r"""
 #include <core.p4>
 #include <v1model.p4>
 header h_t { bit<8> op; bit<8> a; bit<8> b; bit<8> r; bit<8> s; }
-struct headers { h_t h; }
+struct headers { h_t h; h_t g; }
 struct meta_t { bit<8> m; }
 parser P(packet_in pkt, out headers hdr, inout meta_t meta, inout standard_metadata_t sm) {
     state start { pkt.extract(hdr.h); transition accept; }
@@ -19,6 +20,7 @@ parser P(packet_in pkt, out headers hdr, inout meta_t meta, inout standard_metad
 control V(inout headers hdr, inout meta_t meta) { apply { } }
 control I(inout headers hdr, inout meta_t meta, inout standard_metadata_t sm) {
     action set_a() { hdr.h.a = 0x55; }
+    action bump(inout h_t x) { x.a = x.a + 1; }
     // add_contribution's shape: min and max for every op, one of them used.
     action combine() {
         bit<8> lower;
@@ -73,6 +75,13 @@ control I(inout headers hdr, inout meta_t meta, inout standard_metadata_t sm) {
             int<16> wide = (int<16>)(bit<16>)hdr.h.a;     // zero-extended: never negative
             hdr.h.r = wide > 127 ? 8w1 : 8w0;
             hdr.h.s = (int<8>)hdr.h.a < 0 ? 8w1 : 8w0;
+        } else if (hdr.h.op == 9) {
+            hdr.g = hdr.h;                   // whole-header writes and copy-out, read after
+            hdr.g.a = 1;
+            hdr.h = hdr.g;
+            hdr.g.setInvalid();
+            bump(hdr.h);
+            hdr.h.r = hdr.h.a;
         }
     }
 }
@@ -135,6 +144,10 @@ def test_temporary_used_in_a_branch_and_after_it(program, b, r):
 @pytest.mark.parametrize("a,r,s", [(0x80, 1, 1), (0x7F, 0, 0), (0xFF, 1, 1)])
 def test_signed_casts_of_unsigned_values(program, a, r, s):
     assert run(program, 8, a, 0) == bytes([8, a, 0, r, s])
+
+
+def test_header_written_whole_and_by_copy_out_is_read_back(program):
+    assert run(program, 9, 7, 3, 0, 4) == bytes([9, 2, 3, 2, 4])
 
 
 def test_generated_code_says_where_a_moved_temporary_went(program):
