@@ -52,6 +52,34 @@ def mentions(node: object, path: str) -> bool:
     return False
 
 
+def pure(e: ast.Expr) -> bool:
+    """A scalar expression that only reads variables and fields: no call, no exception."""
+    if isinstance(e, (ast.IntLit, ast.BoolLit, ast.TypeMember)):
+        return True
+    if isinstance(e, ast.NameRef):
+        return e.decl is not None and e.decl.kind in ("var", "param", "const")
+    if isinstance(e, ast.Member):
+        return isinstance(e.expr.type, StructType) and pure(e.expr)
+    if isinstance(e, ast.Slice):
+        return pure(e.expr)
+    if isinstance(e, (ast.Unary, ast.Cast)):
+        return scalar(e.type) and pure(e.expr)
+    if isinstance(e, ast.Binary):
+        return e.op not in ("/", "%") and scalar(e.left.type) and pure(e.left) and pure(e.right)
+    if isinstance(e, ast.Cond):
+        return pure(e.cond) and pure(e.then) and pure(e.else_)
+    return False
+
+
+def reads(e: ast.Expr, path: str) -> bool:
+    """Does expression e read path, a part of it or a whole that holds it? Unlike mentions,
+    `meta.a` does not read `meta.b`: a member's base counts only as the member's path."""
+    p = path_of(e)
+    if p is not None:
+        return p == path or path.startswith(p + ".") or p.startswith(path + ".")
+    return any(isinstance(v, ast.Expr) and reads(v, path) for v in vars(e).values())
+
+
 def param_py(p: ast.Param) -> str:
     return p.decl_sym.pyname
 
@@ -92,6 +120,8 @@ class CodeGen:
         self.uid = 0
         self.where: ast.Node | None = None          # what is being compiled, for internal errors
         self.aliases: dict[str, tuple[str, str]] | None = None   # ref -> (placeholder, local name)
+        # In a block's straight-line run: register index code -> (its variable, the index).
+        self.known: dict[str, tuple[str, ast.Expr]] | None = None
 
     def emit(self, line: str) -> None:
         self.lines.append("    " * self.ind + line)

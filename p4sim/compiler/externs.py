@@ -6,7 +6,7 @@ from ..frontend import ast
 from ..frontend.checker import Sym, Target, const_value, error_at
 from ..frontend.types import (BitType, BoolType, EnumType, IntType, StackType, StructType,
                               VarbitType, is_header)
-from .common import CodeGen, Ctx, attr, mask
+from .common import CodeGen, Ctx, attr, mask, pure
 from .layout import varbit_len
 
 
@@ -132,14 +132,12 @@ class ExternGen(CodeGen):
                 info = self.cp.info.registers[t.sym.qname]
                 cells = self.alias(f"{inst}.values", "R_" + str(inst).removeprefix("O_"))   # no other R_ names
                 if name == "read":
-                    i = self.tmp("i")
-                    self.emit(f"{i} = {self.expr(a[1], ctx)}")
+                    i = self.register_index(a[1], ctx)
                     self.store(a[0], f"{cells}[{i}] if {i} < {info.size} else 0", ctx, info.bitwidth)
                     if self.trace:
                         self.emit(f"LOG('register {t.sym.qname}.read(%d)', {i})")
                 else:
-                    i = self.tmp("i")
-                    self.emit(f"{i} = {self.expr(a[0], ctx)}")
+                    i = self.register_index(a[0], ctx)
                     v, vt = self.expr(a[1], ctx), a[1].type
                     if not (isinstance(vt, BitType) and not vt.signed and vt.width <= info.bitwidth):
                         v = f"({v}) & {mask(info.bitwidth)}"
@@ -227,6 +225,20 @@ class ExternGen(CodeGen):
             self.emit(f"if not {self.expr(a[0], ctx)}: raise AssertFailed({name!r} + ' failed at {c.pos.file}:{c.pos.line}')")
         else:
             raise error_at(c, f"extern {name} is not supported by p4sim")
+
+    def register_index(self, e: ast.Expr, ctx: Ctx) -> str:
+        """A variable holding a register index: the one an earlier read or write of the
+        same block computed, if nothing since wrote what it reads (StmtGen.still_known).
+        A read-modify-write (`r.read(x, base + 1); ...; r.write(base + 1, y)`) computes
+        its index once."""
+        code = self.expr(e, ctx)
+        if self.known is not None and code in self.known:
+            return self.known[code][0]
+        i = self.tmp("i")
+        self.emit(f"{i} = {code}")
+        if self.known is not None and pure(e):
+            self.known[code] = (i, e)
+        return i
 
     def field_list_arg(self, e: ast.Expr, ctx: Ctx) -> str:
         """A @field_list index, or (old clone3/resubmit forms) the metadata fields listed."""

@@ -6,7 +6,7 @@ import copy
 from ..frontend import ast
 from ..frontend.checker import Sym, Target, error_at
 from ..frontend.types import ActionRunType, StackType, StructType, Type
-from .common import CodeGen, Ctx, attr, mask, mentions, path_of, scalar
+from .common import CodeGen, Ctx, attr, mask, mentions, path_of, pure, reads, scalar
 
 
 def is_union_member(e: ast.Expr) -> bool:
@@ -33,7 +33,7 @@ def forward_single_uses(stmts: list[ast.Stmt]) -> list[ast.Stmt | str]:
         if d is None or d[0] is None or id(d[0]) not in declared:
             continue
         sym, rhs = d
-        if sym.frame or not scalar(sym.type) or not _pure(rhs) or mentions(rhs, sym.name):
+        if sym.frame or not scalar(sym.type) or not pure(rhs) or mentions(rhs, sym.name):
             continue
         j = next((k for k in range(i + 1, len(out)) if not isinstance(out[k], str)
                   and mentions(out[k], sym.name)), None)
@@ -66,11 +66,11 @@ def _movable_to(e: ast.Expr, sym: Sym, between: list, use: object, after: list) 
             continue
         d = _definition(s)
         target = path_of(s.lhs) if isinstance(s, ast.Assign) else getattr(s, "name", None)
-        if d is None or target is None or not _pure(d[1]) or mentions(e, target):
+        if d is None or target is None or not pure(d[1]) or mentions(e, target):
             return False
     d = _definition(use)
     target = path_of(use.lhs) if isinstance(use, ast.Assign) else getattr(use, "name", None)
-    if d is None or target is None or not _pure(d[1]) or _uses(d[1], sym) != 1:
+    if d is None or target is None or not pure(d[1]) or _uses(d[1], sym) != 1:
         return False
     if target == sym.name:              # `t = g(t)`: the use itself overwrites t
         return True
@@ -79,25 +79,6 @@ def _movable_to(e: ast.Expr, sym: Sym, between: list, use: object, after: list) 
             continue
         return isinstance(s, ast.Assign) and path_of(s.lhs) == sym.name and not mentions(s.rhs, sym.name)
     return True
-
-
-def _pure(e: ast.Expr) -> bool:
-    """A scalar expression that only reads variables and fields: no call, no exception."""
-    if isinstance(e, (ast.IntLit, ast.BoolLit, ast.TypeMember)):
-        return True
-    if isinstance(e, ast.NameRef):
-        return e.decl is not None and e.decl.kind in ("var", "param", "const")
-    if isinstance(e, ast.Member):
-        return isinstance(e.expr.type, StructType) and _pure(e.expr)
-    if isinstance(e, ast.Slice):
-        return _pure(e.expr)
-    if isinstance(e, (ast.Unary, ast.Cast)):
-        return scalar(e.type) and _pure(e.expr)
-    if isinstance(e, ast.Binary):
-        return e.op not in ("/", "%") and scalar(e.left.type) and _pure(e.left) and _pure(e.right)
-    if isinstance(e, ast.Cond):
-        return _pure(e.cond) and _pure(e.then) and _pure(e.else_)
-    return False
 
 
 def _uses(e: ast.Expr, sym: Sym) -> int:
@@ -124,11 +105,42 @@ def _substitute(e: ast.Expr, sym: Sym, value: ast.Expr) -> ast.Expr:
 class StmtGen(CodeGen):
     # ---- statements -------------------------------------------------------------
     def block(self, b: ast.Block, ctx: Ctx) -> None:
+        self.known = {}
         for s in forward_single_uses(b.stmts):
             if isinstance(s, str):
                 self.emit(s)
-            else:
-                self.stmt(s, ctx)
+                continue
+            known = self.known
+            # Only a statement of this list may use them: a branch of an if may not (its
+            # condition can call a function that writes what an index reads).
+            self.known = known if isinstance(s, (ast.Assign, ast.CallStmt, ast.VarDecl)) else None
+            self.stmt(s, ctx)
+            self.known = self.still_known(known, s)
+        self.known = None
+
+    def still_known(self, known: dict[str, tuple[str, ast.Expr]], s: ast.Stmt) -> dict:
+        """The register indexes of `known` that s leaves unchanged (externs.register_index):
+        after an assignment of a pure value, those that do not read what it writes; after a
+        register read, those that do not read its destination; after anything else, none."""
+        if isinstance(s, ast.CallStmt) and s.call.target.kind == "method" \
+                and getattr(s.call.target.base.type, "decl", None) is not None \
+                and s.call.target.base.type.decl.name == "register":
+            if not all(pure(x) for x in s.call.args if not isinstance(x, ast.DontCare)):
+                return {}                      # a call in an argument may write anything
+            if s.call.target.name != "read":
+                return known
+            target = path_of(s.call.args[0])
+        elif isinstance(s, ast.Assign) and pure(s.rhs):
+            target = path_of(s.lhs)
+        elif isinstance(s, ast.VarDecl) and (s.init is None or pure(s.init)):
+            target = s.name
+        elif isinstance(s, (ast.Empty, ast.ConstDecl)):
+            return known
+        else:
+            return {}
+        if target is None:
+            return {}
+        return {k: v for k, v in known.items() if not reads(v[1], target)}
 
     def body(self, s: ast.Stmt, ctx: Ctx) -> None:
         self.ind += 1

@@ -1,6 +1,7 @@
 """Single-use temporaries computed where they are used (statements.forward_single_uses),
-headers read through local aliases (CodeGen.local_aliases) and signed casts of unsigned
-values: the same results as the plain code in program order.
+headers read through local aliases (CodeGen.local_aliases), register indexes computed once
+(externs.register_index) and signed casts of unsigned values: the same results as the
+plain code in program order.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ parser P(packet_in pkt, out headers hdr, inout meta_t meta, inout standard_metad
 }
 control V(inout headers hdr, inout meta_t meta) { apply { } }
 control I(inout headers hdr, inout meta_t meta, inout standard_metadata_t sm) {
+    register<bit<8>>(16) cells;
     action set_a() { hdr.h.a = 0x55; }
     action bump(inout h_t x) { x.a = x.a + 1; }
     // add_contribution's shape: min and max for every op, one of them used.
@@ -82,6 +84,18 @@ control I(inout headers hdr, inout meta_t meta, inout standard_metadata_t sm) {
             hdr.g.setInvalid();
             bump(hdr.h);
             hdr.h.r = hdr.h.a;
+        } else if (hdr.h.op == 10) {
+            cells.write((bit<32>)hdr.h.b, hdr.h.a);           // the same index text, another value
+            hdr.h.b = hdr.h.b + 1;
+            cells.write((bit<32>)hdr.h.b, hdr.h.a + 1);
+            hdr.h.b = hdr.h.b - 1;
+            cells.read(hdr.h.r, (bit<32>)hdr.h.b);
+            cells.read(hdr.h.s, (bit<32>)hdr.h.b + 1);
+        } else if (hdr.h.op == 11) {
+            cells.write(2, 9);
+            cells.write(9, 4);
+            cells.read(hdr.h.b, (bit<32>)hdr.h.b);            // the read changes its own index
+            cells.read(hdr.h.r, (bit<32>)hdr.h.b);
         }
     }
 }
@@ -148,6 +162,14 @@ def test_signed_casts_of_unsigned_values(program, a, r, s):
 
 def test_header_written_whole_and_by_copy_out_is_read_back(program):
     assert run(program, 9, 7, 3, 0, 4) == bytes([9, 2, 3, 2, 4])
+
+
+def test_register_index_written_between_uses_is_computed_again(program):
+    assert run(program, 10, 7, 1) == bytes([10, 7, 1, 7, 8])
+
+
+def test_register_read_into_its_own_index(program):
+    assert run(program, 11, 0, 2) == bytes([11, 0, 9, 4, 0])
 
 
 def test_generated_code_says_where_a_moved_temporary_went(program):
