@@ -20,8 +20,9 @@ VENV_STAMP := $(VENV)/.p4inc-requirements
 # Debian packages: Mininet's mnexec and mn, the tools Mininet hosts use, cpp for p4sim's
 # preprocessor, nftables for link loss (this kernel has no netem), python3-venv for .venv, and
 # Open MPI (mpirun, and the libmpi that mpi4py loads) for the benchmark's MPI_Allreduce baseline.
+# gcc and libc6-dev build p4sim's C backend and the hosts' compiled engine.
 APT_PACKAGES := mininet iputils-ping bridge-utils ethtool iproute2 tcpdump cpp nftables \
-	net-tools python3 python3-venv procps openmpi-bin libopenmpi-dev
+	net-tools python3 python3-venv procps openmpi-bin libopenmpi-dev gcc libc6-dev
 
 RUN := $(PY) -m topologies.run --topo $(TOPO) --hosts $(HOSTS) --target $(TARGET) --build-dir $(BUILD_DIR) \
 	$(if $(SLOW),--slow $(SLOW))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from p4sim import Switch, compile_file
+from p4sim.backends.python import python_code
 
 PROGRAM = r"""
 #include <core.p4>
@@ -173,6 +174,6 @@ def test_register_read_into_its_own_index(program):
 
 
 def test_generated_code_says_where_a_moved_temporary_went(program):
-    source = program.code()[0].source
+    source = python_code(program)[0].source
     assert "# lower: computed at its one use below" in source
     assert "# higher: computed at its one use below" in source

@@ -182,7 +182,7 @@ def test_field_list_index_may_be_a_named_constant(tmp_path):
     text = ingress("clone_preserving_field_list(CloneType.I2E, 5, KEEP);").replace(
         "struct meta_t { bit<8> m8;", "const bit<8> KEEP = 3;\nstruct meta_t { @field_list(KEEP, 4) bit<8> m8;")
     prog = compile_text(tmp_path, text)
-    assert prog.code()[0].field_lists == {3: ["m8"], 4: ["m8"]}
+    assert prog.checked.field_lists == {3: ["m8"], 4: ["m8"]}
 
 
 def test_field_list_index_that_is_no_constant_is_a_located_error(tmp_path):

@@ -9,7 +9,7 @@ import pytest
 from scapy.all import Ether, Packet, Raw, ShortField, ByteField, bind_layers, raw
 
 from p4sim import Switch, compile_file
-from p4sim.pipeline import EGRESS_CLONE, INGRESS_CLONE, NORMAL, RECIRC, REPLICATION, RESUBMIT
+from p4sim.backends.python.switch import EGRESS_CLONE, INGRESS_CLONE, NORMAL, RECIRC, REPLICATION, RESUBMIT
 from p4sim.state import CloneSession
 
 

@@ -1,10 +1,10 @@
 """Parsers, controls, actions, functions and tables as generated Python functions."""
 from __future__ import annotations
 
-from ..frontend import ast
-from ..ir import ActionProfileInfo
-from ..frontend.checker import Sym
-from ..frontend.types import BoolType, ExternType, StackType, is_header
+from ...frontend import ast
+from ...ir import ActionProfileInfo
+from ...frontend.checker import Sym
+from ...frontend.types import BoolType, ExternType, StackType, is_header
 from .common import CodeGen, Ctx, attr, mentions, param_py, path_of, py_ident, scalar, unique_actions
 
 MAX_PARSER_STEPS = 1000          # a parser that loops longer fails with ParserTimeout

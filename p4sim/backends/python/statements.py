@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import copy
 
-from ..frontend import ast
-from ..frontend.checker import Sym, Target, error_at
-from ..frontend.types import ActionRunType, StackType, StructType, Type
+from ...frontend import ast
+from ...frontend.checker import Sym, Target, error_at
+from ...frontend.types import ActionRunType, StackType, StructType, Type
 from .common import CodeGen, Ctx, attr, mask, mentions, path_of, pure, reads, scalar
 
 

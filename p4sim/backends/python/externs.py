@@ -2,9 +2,9 @@
 clone/resubmit/recirculate, digests."""
 from __future__ import annotations
 
-from ..frontend import ast
-from ..frontend.checker import Sym, Target, const_value, error_at
-from ..frontend.types import (BitType, BoolType, EnumType, IntType, StackType, StructType,
+from ...frontend import ast
+from ...frontend.checker import Sym, Target, const_value, error_at
+from ...frontend.types import (BitType, BoolType, EnumType, IntType, StackType, StructType,
                               VarbitType, is_header)
 from .common import CodeGen, Ctx, attr, mask, pure
 from .layout import varbit_len

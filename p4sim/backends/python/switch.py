@@ -1,6 +1,6 @@
 """The v1model pipeline: parser, checksums, ingress, traffic manager, egress, deparser.
 
-Switch runs a compiled Program on one packet at a time, with BMv2 simple_switch's
+PythonSwitch runs a compiled Program on one packet at a time, with BMv2 simple_switch's
 packet replication engine (multicast, clone sessions), resubmit and recirculate,
 reading and writing runtime state from state.SwitchState.
 """
@@ -13,9 +13,10 @@ import threading
 import time
 from typing import Any, Callable
 
-from .compiler import Program
-from .externs import csum16_bits, hash_functions
-from .state import SwitchState
+from ...externs import csum16_bits, hash_functions
+from ...program import Program
+from ...state import SwitchState
+from . import python_code
 
 log = logging.getLogger(__name__)
 trace_log = logging.getLogger("p4sim.trace")
@@ -162,7 +163,7 @@ def _log_msg(fmt: str, values: tuple) -> None:
     trace_log.info("log_msg: %s", text)
 
 
-class Switch:
+class PythonSwitch:
     """One v1model switch. process() is the data plane; state is the control plane's view."""
 
     def __init__(self, program: Program | None = None, cpu_port: int | None = None, trace: bool = False,
@@ -183,10 +184,10 @@ class Switch:
         if not isinstance(program, Program):
             raise TypeError(f"Switch runs a p4sim.Program (from compile_file), not {type(program).__name__}")
         with self.lock:
-            cc, code = program.code(self.trace)
+            cc, code = python_code(program, self.trace)
             state = SwitchState(program.info)
             pk = PacketContext()
-            ns: dict[str, Any] = {      # the generated module's free names (see compiler.py)
+            ns: dict[str, Any] = {      # the generated module's free names (see codegen.py)
                 "Reject": Reject, "Exit": Exit, "AssertFailed": AssertFailed, "Stack": Stack,
                 "PK": pk, "HASH": hash_functions(self._rng), "RNG": self._rng, "to_bytes": to_bytes,
                 "shl": shl, "Struct": struct.Struct, "CSUM16_BITS": csum16_bits, "monotonic_ns": time.monotonic_ns,

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import P4Error, internal_error
-from ..frontend.checker import V1SWITCH_BLOCKS, CheckedProgram
+from ...errors import P4Error, internal_error
+from ...frontend.checker import V1SWITCH_BLOCKS, CheckedProgram
 from .blocks import BlockGen
 from .common import Ctx, attr, cls_name, py_ident
 from .expressions import ExprGen

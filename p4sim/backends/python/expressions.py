@@ -1,9 +1,9 @@
 """P4 expressions as Python expressions, with P4's bit-width arithmetic inlined."""
 from __future__ import annotations
 
-from ..frontend import ast
-from ..frontend.checker import Target, const_value, error_at, expr_text
-from ..frontend.types import (ActionRunType, ApplyResultType, BitType, BoolType, EnumType,
+from ...frontend import ast
+from ...frontend.checker import Target, const_value, error_at, expr_text
+from ...frontend.types import (ActionRunType, ApplyResultType, BitType, BoolType, EnumType,
                               StackType, StructType, TupleType, Type, is_header)
 from .common import CodeGen, Ctx, attr, cls_name, mask, py_ident
 

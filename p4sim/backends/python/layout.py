@@ -5,7 +5,7 @@ value). A varbit field holds its value, and its length in bits in the slot `_n_<
 """
 from __future__ import annotations
 
-from ..frontend.types import (BitType, BoolType, StackType, StructType, TupleType, Type, VarbitType,
+from ...frontend.types import (BitType, BoolType, StackType, StructType, TupleType, Type, VarbitType,
                               field_width)
 from .common import CodeGen, attr, cls_name, mask
 

@@ -1,8 +1,7 @@
-"""Compile a checked P4 program into Python code, once per program; the pipeline execs it.
+"""A checked P4 program: what a switch loads and a device config carries.
 
-The frontend (p4sim.frontend) parses and checks; this package is the backend, split by
-idea: layout (types as classes), expressions, statements and calls, externs, blocks
-(parsers, controls, tables), tied together in codegen.
+The frontend (p4sim.frontend) parses and checks it once; each backend (p4sim.backends)
+compiles the checked program into what its switch runs and keeps that in `artifacts`.
 """
 from __future__ import annotations
 
@@ -11,41 +10,34 @@ import json
 import logging
 from typing import Any, Iterator
 
-from ..errors import P4Error
-from .codegen import CompiledCode, compile_program
+from .errors import P4Error
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CompiledCode", "Program", "compile_file", "compile_program"]
+__all__ = ["Program", "compile_file", "internal_errors"]
 
 
 class Program:
-    """A checked, compiled P4 program: what a Switch loads and a device config carries."""
+    """A checked P4 program. Compiled once per backend: `artifacts` holds what each built."""
 
     FORMAT = "p4sim/1"
 
     def __init__(self, source: str, source_file: str) -> None:
-        from ..frontend.checker import check
-        from ..frontend.parser import parse_text
+        from .frontend.checker import check
+        from .frontend.parser import parse_text
         self.source = source
         self.source_file = source_file
-        with _internal_errors("checking", source_file):
+        with internal_errors("checking", source_file):
             self.checked = check(parse_text(source, source_file))
-        self._code: dict[bool, tuple[CompiledCode, Any]] = {}
-        self.code(False)            # compile now, so errors show at load time
+        self.artifacts: dict[Any, Any] = {}
+        # The Python backend is the reference and takes every checked program: compiling it
+        # now makes a program's errors show when it is loaded, whatever backend runs it.
+        from .backends.python import python_code
+        python_code(self, trace=False)
 
     @property
     def info(self):
         return self.checked.info
-
-    def code(self, trace: bool = False) -> tuple[CompiledCode, Any]:
-        """The generated module (and its Python code object), built once per trace setting."""
-        if trace not in self._code:
-            with _internal_errors("compiling", self.source_file):
-                cc = compile_program(self.checked, trace)
-                obj = compile(cc.source, f"<p4sim:{self.source_file}>", "exec")
-            self._code[trace] = (cc, obj)
-        return self._code[trace]
 
     def device_config(self) -> bytes:
         return json.dumps({"format": self.FORMAT, "source_file": self.source_file,
@@ -63,7 +55,7 @@ class Program:
 
 
 @contextlib.contextmanager
-def _internal_errors(stage: str, source_file: str) -> Iterator[None]:
+def internal_errors(stage: str, source_file: str) -> Iterator[None]:
     """A p4sim bug, not the user's, still reaches the user as a P4Error, not a traceback."""
     try:
         yield
@@ -77,5 +69,5 @@ def _internal_errors(stage: str, source_file: str) -> Iterator[None]:
 
 def compile_file(path: str, include_dirs: tuple[str, ...] = (), defines: tuple[str, ...] = ()) -> Program:
     """cpp + parse + check + compile one P4 file; raises P4Error for bad input."""
-    from ..frontend.preprocess import preprocess
+    from .frontend.preprocess import preprocess
     return Program(preprocess(str(path), include_dirs, defines), str(path))

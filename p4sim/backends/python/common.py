@@ -7,9 +7,9 @@ import keyword
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from ..frontend import ast
-from ..frontend.checker import CheckedProgram, Sym, const_value, error_at
-from ..frontend.types import BitType, BoolType, EnumType, ErrorType, IntType, StackType, StructType, Type
+from ...frontend import ast
+from ...frontend.checker import CheckedProgram, Sym, const_value, error_at
+from ...frontend.types import BitType, BoolType, EnumType, ErrorType, IntType, StackType, StructType, Type
 
 
 def attr(name: str) -> str:
