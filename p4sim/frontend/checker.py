@@ -12,6 +12,7 @@ from typing import Any
 from .. import ir
 from ..errors import P4Error, internal_error
 from . import ast
+from .effects import order_side_effects
 from .types import (ActionRunType, AnyType, ApplyResultType, BitType, BlockType, BoolType,
                     EnumType, ErrorType, ExternType, IntType, MatchKindType, StackType,
                     StringType, StructType, TableType, TupleType, Type, VarbitType, VoidType,
@@ -1406,6 +1407,7 @@ class Checker:
             raise error_at(e, f"`{expr_text(e.func)}` takes {' or '.join(map(str, counts))} arguments, got {len(e.args)}")
         m = matching[0]
         e.target = target
+        e.params = m.params                  # the directions, for effects.py
         self.call_args(e, m.params, scope)
         for ta in e.type_args:
             self.resolve_type(ta, scope)
@@ -1578,7 +1580,9 @@ def _py_ident(name: str) -> str:
 def check(program: ast.Program) -> CheckedProgram:
     checker = Checker(program)
     try:
-        return checker.check()
+        checked = checker.check()
+        order_side_effects(checked)
+        return checked
     except P4Error:
         raise
     except Exception as err:
