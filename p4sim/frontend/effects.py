@@ -112,6 +112,24 @@ class _Orderer:
             if s.expr is not None and self.effect(s.expr):
                 s.expr = self.value(s.expr, pre, top=True)
             return pre + [s]
+        if isinstance(s, ast.For):
+            s.init, s.update = self.stmts(s.init), self.stmts(s.update)
+            s.body = self.nested(s.body)
+            if s.cond is not None and self.effect(s.cond):
+                # Evaluated before every iteration: `if (!cond) break;` at the top of the body.
+                cond = self.value(s.cond, pre, top=True)
+                leave = ast.If(_not(cond), ast.Break(pos=s.pos), pos=s.pos)
+                s.cond, s.body = None, ast.Block(pre + [leave, s.body], pos=s.pos)
+                pre = []
+            return [s]
+        if isinstance(s, ast.ForIn):
+            s.body = self.nested(s.body)
+            c = s.collection
+            if isinstance(c, ast.Range) and (self.effect(c.lo) or self.effect(c.hi)):
+                new = copy.copy(c)
+                new.lo, new.hi = self.sequence([c.lo, c.hi], pre)
+                s.collection = new
+            return pre + [s]
         if isinstance(s, ast.CallStmt):
             if any(self.effect(a) for a in s.call.args):
                 call, post = self.call(s.call, pre)

@@ -4,7 +4,7 @@ from __future__ import annotations
 from ...frontend import ast
 from ...frontend.checker import Target, const_value, error_at, expr_text
 from ...frontend.types import (ActionRunType, ApplyResultType, BitType, BoolType, EnumType,
-                              StackType, StructType, TupleType, Type, is_header)
+                              StackType, StructType, TupleType, Type, field_width, is_header)
 from .common import CodeGen, Ctx, attr, cls_name, mask, py_ident
 
 
@@ -178,6 +178,24 @@ class ExprGen(CodeGen):
             return f"({v} & {mask(t.underlying.width)})"
         return v
 
+    def lookahead_struct(self, e: ast.Call, t: StructType, pkt: str) -> str:
+        """lookahead<S>() of a struct of bit<W>/int<W>/bool fields: the next bits cut into
+        its fields, MSB first, as p4c's midend ExpandLookahead lowers it for BMv2."""
+        parts, off = [], sum(field_width(ft) for ft in t.fields.values())
+        total = off
+        for f, ft in t.fields.items():
+            if not isinstance(ft, (BitType, BoolType)):
+                raise error_at(e, f"lookahead of {t.name}: its field {f} is a {ft}, not bit<W>, int<W> or bool")
+            w = field_width(ft)
+            off -= w
+            v = f"((v >> {off}) & {mask(w)})" if off else f"(v & {mask(w)})"
+            if isinstance(ft, BoolType):
+                v = f"({v} == 1)"
+            elif ft.signed:
+                v = f"(({v} ^ {1 << (w - 1)}) - {1 << (w - 1)})"
+            parts.append(v)
+        return f"(lambda v: N_{cls_name(t)}({', '.join(parts)}))({pkt}.peek({total}))"
+
     def x_Call(self, e: ast.Call, ctx) -> str:
         t: Target = e.target
         if t.kind == "header_method" and t.name == "isValid":
@@ -200,6 +218,8 @@ class ExprGen(CodeGen):
                     return f"LK_{rt.name}({pkt})"
                 if isinstance(rt, BitType):
                     return f"{pkt}.peek({rt.width})"
+                if isinstance(rt, StructType) and rt.kind == "struct":
+                    return self.lookahead_struct(e, rt, pkt)
                 raise error_at(e, f"lookahead of a {rt} is not supported by p4sim")
         if t.kind == "method" and t.base.type.decl.name == "Checksum16" and t.name == "get":
             acc, n = self.data_bits(e.args[0], ctx)     # deprecated; BMv2 sums the fields as csum16
