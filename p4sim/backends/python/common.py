@@ -122,6 +122,9 @@ class CodeGen:
         self.aliases: dict[str, tuple[str, str]] | None = None   # ref -> (placeholder, local name)
         # In a block's straight-line run: register index code -> (its variable, the index).
         self.known: dict[str, tuple[str, ast.Expr]] | None = None
+        # A sub-parser's scalar out/inout parameters (Sym ids): every state writes them,
+        # so they live on its frame L, not in one state function's locals.
+        self.framed_params: set[int] = set()
 
     def emit(self, line: str) -> None:
         self.lines.append("    " * self.ind + line)

@@ -350,7 +350,7 @@ class StmtGen(CodeGen):
 
     def name(self, e: ast.NameRef) -> str:
         sym = e.decl
-        if sym.frame:
+        if sym.frame or id(sym) in self.framed_params:
             return f"L.{attr(sym.name)}"
         return sym.pyname
 

@@ -29,6 +29,9 @@ MAX_PASSES = 8                  # ingress passes per packet (resubmit + recircul
 MAX_E2E_DEPTH = 4               # egress clones of egress clones
 
 
+PARSER_INVALID_ARGUMENT = 6     # error.ParserInvalidArgument in BMv2's numbering (checker.CORE_ERRORS)
+
+
 class Reject(Exception):
     """The parser stops: extract past the end, verify(false), select without a match."""
 
@@ -54,6 +57,10 @@ class PacketIn:
         self.off = 0
 
     def advance(self, bits: int) -> None:
+        # BMv2 (ParserOpAdvance): a count of bits that is not whole bytes is
+        # ParserInvalidArgument, checked before the packet's length.
+        if bits & 7:
+            raise Reject(PARSER_INVALID_ARGUMENT)
         end = self.off + (bits >> 3)
         if end > len(self.data):
             raise Reject(1)
