@@ -4,8 +4,8 @@ from __future__ import annotations
 from ...frontend import ast
 from ...ir import ActionProfileInfo
 from ...frontend.checker import Sym
-from ...frontend.types import BoolType, ExternType, StackType, is_header
-from .common import CodeGen, Ctx, attr, mentions, param_py, path_of, py_ident, scalar, unique_actions
+from ...frontend.types import BitType, BoolType, ExternType, StackType, is_header
+from .common import CodeGen, Ctx, attr, mask, mentions, param_py, path_of, py_ident, scalar, unique_actions
 
 MAX_PARSER_STEPS = 1000          # a parser that loops longer fails with ParserTimeout
 
@@ -211,6 +211,11 @@ class BlockGen(CodeGen):
         ctx.block, ctx.ctl_args, ctx.pkt = outer.block, outer.ctl_args, outer.pkt
         self.emit(f"def {a.pyname}({sig}):")
         self.ind += 1
+        for p in d.params:
+            if p.direction == "" and isinstance(p.type, BitType) and p.type.signed:
+                # The control plane gives an int<W> argument as its bits; code reads it signed.
+                h, py = 1 << (p.type.width - 1), p.decl_sym.pyname
+                self.emit(f"{py} = (({py} + {h}) & {mask(p.type.width)}) - {h}")
         with self.local_aliases():
             if self.trace:
                 shown = [p.decl_sym.pyname for p in d.params if p.direction == ""]
@@ -295,6 +300,8 @@ class BlockGen(CodeGen):
             v = self.expr(k.expr, ctx)
             if isinstance(k.expr.type, BoolType):
                 v = f"(1 if {v} else 0)"
+            elif isinstance(k.expr.type, BitType) and k.expr.type.signed:
+                v = f"({v} & {mask(k.expr.type.width)})"     # entries hold the bits, unsigned
             owner = key_header(k.expr)
             if owner is not None:
                 # BMv2 builds a key from an invalid header's fields as zeros, though an

@@ -142,7 +142,7 @@ class LayoutGen(CodeGen):
         layout = [(a, s if not isinstance(ft, VarbitType) else off_after(layout, i), dyn, ft)
                   for i, (a, s, dyn, ft) in enumerate(layout)]
         nbytes = fixed // 8
-        fmt = struct_format(t)
+        fmt = struct_format(t) if self.optimize else None
         if fmt is not None:
             self.emit(f"ST_{name} = Struct({fmt!r})")
         if vb is None:

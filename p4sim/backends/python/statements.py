@@ -109,7 +109,7 @@ class StmtGen(CodeGen):
     # ---- statements -------------------------------------------------------------
     def block(self, b: ast.Block, ctx: Ctx) -> None:
         self.known = {}
-        for s in forward_single_uses(b.stmts):
+        for s in (forward_single_uses(b.stmts) if self.optimize else b.stmts):
             if isinstance(s, str):
                 self.emit(s)
                 continue

@@ -174,9 +174,11 @@ class PythonSwitch:
     """One v1model switch. process() is the data plane; state is the control plane's view."""
 
     def __init__(self, program: Program | None = None, cpu_port: int | None = None, trace: bool = False,
-                 on_digest: Callable[[str, tuple], None] | None = None, seed: int | None = None) -> None:
+                 on_digest: Callable[[str, tuple], None] | None = None, seed: int | None = None,
+                 optimize: bool = True) -> None:
         self.cpu_port = cpu_port
         self.trace = trace
+        self.optimize = optimize        # False: the plain twin of the generated code (codegen's CodeGen)
         self.on_digest = on_digest
         self.lock = threading.RLock()
         self.stats = {"rx": 0, "tx": 0, "dropped": 0, "malformed": 0, "errors": 0}
@@ -191,7 +193,7 @@ class PythonSwitch:
         if not isinstance(program, Program):
             raise TypeError(f"Switch runs a p4sim.Program (from compile_file), not {type(program).__name__}")
         with self.lock:
-            cc, code = python_code(program, self.trace)
+            cc, code = python_code(program, self.trace, self.optimize)
             state = SwitchState(program.info)
             pk = PacketContext()
             ns: dict[str, Any] = {      # the generated module's free names (see codegen.py)
