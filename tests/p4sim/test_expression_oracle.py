@@ -162,7 +162,7 @@ def operands(draw, w: int | None = None, signed: bool | None = None):
     w = draw(st.sampled_from(WIDTHS)) if w is None else w
     signed = draw(st.booleans()) if signed is None else signed
     lo, hi = lo_hi(w, signed)
-    edge = st.sampled_from(sorted({lo, hi, 0, 1, -1 if signed else hi - 1, lo + 1, hi // 2}))
+    edge = st.sampled_from(sorted(v for v in {lo, hi, 0, 1, -1, hi - 1, lo + 1, hi // 2} if lo <= v <= hi))
     value = st.one_of(edge, st.integers(lo, hi))
     shift = st.one_of(st.sampled_from([0, 1, w - 1, w, w + 1, 255]), st.integers(0, 255))
     return w, signed, draw(value), draw(value), draw(shift)
