@@ -28,7 +28,9 @@ type bit<8> T8;
 header h_t { bit<8> a; bit<8> b; int<8> s; B8b c; T8 t; }
 header e_t { bit<8> v; }
 header g_t { bit<16> x; }
-struct nib_t { bit<4> hi; bit<3> mid; bool lo; }
+enum bit<2> Two { A = 1, B = 2 }
+struct low_t { bit<1> mid; bool lo; }
+struct nib_t { bit<4> hi; Two two; low_t low; }
 struct H { h_t h; e_t[4] s; g_t g; }
 struct M { bit<8> m; }
 bit<8> next_of(inout bit<8> x) { x = x + 1; return x; }
@@ -176,11 +178,11 @@ parser P(packet_in pkt, out H hdr, inout M meta, inout standard_metadata_t sm) {
         nib_t n = pkt.lookahead<nib_t>();
         e_t first = pkt.lookahead<e_t>();
         pkt.extract(hdr.h);
-        hdr.h.b = ((bit<8>)n.hi << 4) | (bit<8>)n.mid;
-        hdr.h.c = n.lo ? first.v : 8w0;
+        hdr.h.b = ((bit<8>)n.hi << 4) | (bit<8>)(bit<2>)n.two << 1 | (bit<8>)n.low.mid;
+        hdr.h.c = n.low.lo ? first.v : 8w0;
         transition accept;
     }
 }
 """
-    # 0xB7 = 1011 011 1: hi 0xB, mid 3, lo true; e_t's v is the whole byte.
+    # 0xB7 = 1011 01 1 1: hi 0xB, two 1 (A), low.mid 1, low.lo true; e_t's v is the whole byte.
     assert run(tmp_path, backend, program("", parser), fields(a=0xB7)) == fields(a=0xB7, b=0xB3, c=0xB7)

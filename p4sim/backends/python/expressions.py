@@ -179,22 +179,37 @@ class ExprGen(CodeGen):
         return v
 
     def lookahead_struct(self, e: ast.Call, t: StructType, pkt: str) -> str:
-        """lookahead<S>() of a struct of bit<W>/int<W>/bool fields: the next bits cut into
-        its fields, MSB first, as p4c's midend ExpandLookahead lowers it for BMv2."""
-        parts, off = [], sum(field_width(ft) for ft in t.fields.values())
-        total = off
-        for f, ft in t.fields.items():
-            if not isinstance(ft, (BitType, BoolType)):
-                raise error_at(e, f"lookahead of {t.name}: its field {f} is a {ft}, not bit<W>, int<W> or bool")
+        """lookahead<S>() of a struct of bit<W>, int<W>, bool, serializable enum or struct
+        fields: the next bits cut into its fields, MSB first, as p4c's midend
+        ExpandLookahead lowers it for BMv2."""
+        total = self.bits_of(e, t)
+        return f"(lambda v: {self.cut_fields(t, total)})({pkt}.peek({total}))"
+
+    def bits_of(self, e: ast.Expr, t: Type) -> int:
+        if isinstance(t, StructType) and t.kind == "struct":
+            return sum(self.bits_of(e, ft) for ft in t.fields.values())
+        if isinstance(t, (BitType, BoolType)) or (isinstance(t, EnumType) and t.underlying is not None):
+            return field_width(t)
+        raise error_at(e, f"lookahead<T>: T must be made of bit<W>, int<W>, bool, serializable enums "
+                          f"and structs of them, not {t}")
+
+    def cut_fields(self, t: StructType, end: int) -> str:
+        """N_S(...) of the fields of t found in v's bits below bit `end` (MSB first)."""
+        parts = []
+        for ft in t.fields.values():
+            if isinstance(ft, StructType):
+                parts.append(self.cut_fields(ft, end))
+                end -= self.bits_of(None, ft)
+                continue
             w = field_width(ft)
-            off -= w
-            v = f"((v >> {off}) & {mask(w)})" if off else f"(v & {mask(w)})"
+            end -= w
+            v = f"((v >> {end}) & {mask(w)})" if end else f"(v & {mask(w)})"
             if isinstance(ft, BoolType):
                 v = f"({v} == 1)"
-            elif ft.signed:
+            elif isinstance(ft, BitType) and ft.signed:
                 v = f"(({v} ^ {1 << (w - 1)}) - {1 << (w - 1)})"
             parts.append(v)
-        return f"(lambda v: N_{cls_name(t)}({', '.join(parts)}))({pkt}.peek({total}))"
+        return f"N_{cls_name(t)}({', '.join(parts)})"
 
     def x_Call(self, e: ast.Call, ctx) -> str:
         t: Target = e.target
