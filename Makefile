@@ -27,7 +27,7 @@ APT_PACKAGES := mininet iputils-ping bridge-utils ethtool iproute2 tcpdump cpp n
 RUN := $(PY) -m topologies.run --topo $(TOPO) --hosts $(HOSTS) --target $(TARGET) --build-dir $(BUILD_DIR) \
 	$(if $(SLOW),--slow $(SLOW))
 
-.PHONY: setup apt run demo test bench bench-collectives stop clean
+.PHONY: setup apt run demo test bench bench-collectives fuzz-p4sim stop clean
 
 setup: apt $(VENV_STAMP)
 
@@ -70,6 +70,13 @@ bench: $(VENV_STAMP)
 # make bench-collectives BENCH_ARGS="--workers 4 --sizes 1024 --reps 1".
 bench-collectives: $(VENV_STAMP)
 	$(PY) -m bench.collectives --target $(TARGET) -o $(RESULTS)/collectives.json $(BENCH_ARGS)
+
+# Differential testing of p4sim's backends on generated programs (tests/p4sim/p4fuzz.py): programs
+# SEED:0, SEED:1, ... for MINUTES, each on every backend; failing programs are kept and named.
+SEED ?= 1
+MINUTES ?= 10
+fuzz-p4sim: $(VENV_STAMP)
+	PYTHONPATH=. $(PY) tests/p4sim/p4fuzz.py --seed $(SEED) --minutes $(MINUTES)
 
 # Ends what our fabrics recorded in $(BUILD_DIR)/run, then Mininet's own cleanup (`mn -c`).
 stop:
