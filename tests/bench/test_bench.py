@@ -58,7 +58,7 @@ def test_bench_clis_end_in_one_line_errors_not_tracebacks(tmp_path, module, args
 
 
 @pytest.mark.mininet
-def test_bench_in_mininet_writes_checked_runs_for_inc_ring_and_mpi(tmp_path):
+def test_bench_in_mininet_writes_checked_runs_for_inc_ring_and_mpi(tmp_path, fabric_slot_free):
     """Every trial's sum is checked by each worker (and each MPI rank) before it counts."""
     out = tmp_path / "bench.json"
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
