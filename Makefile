@@ -1,5 +1,6 @@
 # p4inc's front door, after the P4 tutorials' Makefile: `make setup`, then
-# `make run` (Mininet CLI), `make demo`, `make test`, `make bench`, `make stop`, `make clean`.
+# `make run` (Mininet CLI), `make demo`, `make test`, `make bench`, `make stop` (ALL=1: every
+# fabric on the machine), `make clean`.
 # Mininet needs root. Choose the target with TARGET=p4sim (default) or TARGET=bmv2.
 
 SHELL := /bin/bash
@@ -71,10 +72,14 @@ bench: $(VENV_STAMP)
 bench-collectives: $(VENV_STAMP)
 	$(PY) -m bench.collectives --target $(TARGET) -o $(RESULTS)/collectives.json $(BENCH_ARGS)
 
-# Ends what our fabrics recorded in $(BUILD_DIR)/run, then Mininet's own cleanup (`mn -c`).
+# Ends what this checkout's fabric recorded in $(BUILD_DIR)/run, then Mininet's own cleanup (`mn -c`,
+# which tears down every Mininet fabric on the machine) only when no other checkout's fabric is up
+# or left processes running; ALL=1 runs `mn -c` regardless (topologies/cleanup.py).
+ALL ?=
 stop:
-	-test -x $(PY) && $(PY) -m topologies.cleanup --build-dir $(BUILD_DIR)
-	-mn -c
+	-@if test -x $(PY); then $(PY) -m topologies.cleanup --build-dir $(BUILD_DIR) $(if $(ALL),--all); \
+	elif [ -n "$(ALL)" ]; then mn -c; \
+	else echo "no $(VENV): this checkout started no fabric; make stop ALL=1 runs mn -c"; fi
 
 clean: stop
 	rm -rf $(BUILD_DIR) results pcaps logs *.pcap
