@@ -61,9 +61,9 @@ def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--topo", type=Path, default=Path("build/topology.json"),
                    help="topology JSON written by the fabric (default: %(default)s)")
-    common.add_argument("--target", choices=TARGETS, default=os.environ.get("TARGET", "p4sim"),
-                   help="switch target; decides how registers are reached "
-                        "(default: $TARGET or p4sim)")
+    common.add_argument("--target", choices=TARGETS,
+                   help="switch target; decides how registers are reached (default: the one the "
+                        "topology file names, as a running fabric writes it; else $TARGET, else p4sim)")
     common.add_argument("--election-id", type=int, default=None,
                    help="P4Runtime election id (default: milliseconds since the epoch, so "
                         "a later controller becomes primary)")
@@ -158,7 +158,7 @@ def _poll_seconds(text: str) -> float:
 def _setup(args: argparse.Namespace) -> int:
     topo, pipeline = Topology.load(args.topo), _pipeline(args)
     for name in _names(args, topo):
-        with open_switch(topo, name, args.target, _election(args)) as sw:
+        with open_switch(topo, name, _target(args, topo), _election(args)) as sw:
             r = setup_switch(sw, topo, pipeline, args.force_pipeline)
         log.info("%s: pipeline %s, %d forwarding updates, jobs admitted: %s, passed on: %s",
                  name, "pushed" if r.pipeline_pushed else "kept", r.forwarding_updates,
@@ -168,7 +168,7 @@ def _setup(args: argparse.Namespace) -> int:
 
 def _watch(args: argparse.Namespace) -> int:
     topo, pipeline = Topology.load(args.topo), _pipeline(args)
-    switches = [open_switch(topo, name, args.target, _election(args)) for name in _names(args, topo)]
+    switches = [open_switch(topo, name, _target(args, topo), _election(args)) for name in _names(args, topo)]
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
@@ -187,7 +187,7 @@ def _pool(args: argparse.Namespace) -> int:
         raise ControllerError(f"{args.topo} has jobs of its own ({', '.join(str(j.job_id) for j in topo.jobs)}), "
                               f"which hold the whole slot pool: serve the pool on a topology without jobs")
     pipeline = _pipeline(args)
-    switches = [open_switch(topo, name, args.target, _election(args)) for name in _names(args, topo)]
+    switches = [open_switch(topo, name, _target(args, topo), _election(args)) for name in _names(args, topo)]
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
@@ -268,7 +268,7 @@ def _on_job(args: argparse.Namespace, action: Callable[[Switch, Job], None], don
                               f"{', '.join(str(j.job_id) for j in topo.jobs) or 'none'})")
     found = False
     for name in _names(args, topo):
-        with open_switch(topo, name, args.target, _election(args)) as sw:
+        with open_switch(topo, name, _target(args, topo), _election(args)) as sw:
             jobs, _ = jobs_on_switch(topo, name, pool_size(sw))
             for job in jobs:
                 if job.job_id == args.job_id:
@@ -284,14 +284,19 @@ def _one_switch(args: argparse.Namespace, read_only: bool = False) -> Switch:
     election = _election(args, read_only)
     if args.grpc_addr:
         return Switch(args.grpc_addr, args.grpc_addr, args.device_id, election,
-                      args.target, args.thrift_port)
+                      _target(args, None), args.thrift_port)
     topo = Topology.load(args.topo)
     if args.switch is None:
         if len(topo.switches) != 1:
             raise ControllerError(f"{args.topo} has several switches: choose one with --switch "
                                   f"({', '.join(topo.switches)})")
         args.switch = next(iter(topo.switches))
-    return open_switch(topo, args.switch, args.target, election)
+    return open_switch(topo, args.switch, _target(args, topo), election)
+
+
+def _target(args: argparse.Namespace, topo: Topology | None) -> str:
+    """--target, else the topology's (the fabric that wrote it knows), else $TARGET, else p4sim."""
+    return args.target or (topo.target if topo else None) or os.environ.get("TARGET") or "p4sim"
 
 
 def _names(args: argparse.Namespace, topo: Topology) -> list[str]:

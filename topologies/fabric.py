@@ -11,7 +11,7 @@ import subprocess
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Iterator
 
@@ -145,7 +145,8 @@ class Fabric:
         except machine.SlotError as e:
             raise FabricError(str(e)) from None
         self._started = time.time()
-        self.topo.dump(self.options.topology_path)
+        # The controller reads the target from here: it decides how registers are reached.
+        replace(self.topo, target=self.options.target).dump(self.options.topology_path)
         cls = switch_class(self.options.target)
         self.net = Mininet(topo=_MininetTopo(self.topo, self.options), host=BoundedHost, switch=cls,
                            controller=None, autoSetMacs=False, build=False)
