@@ -28,7 +28,7 @@ APT_PACKAGES := mininet iputils-ping bridge-utils ethtool iproute2 tcpdump cpp n
 RUN := $(PY) -m topologies.run --topo $(TOPO) --hosts $(HOSTS) --target $(TARGET) --build-dir $(BUILD_DIR) \
 	$(if $(SLOW),--slow $(SLOW))
 
-.PHONY: setup apt run demo test bench bench-collectives stop clean
+.PHONY: setup apt run demo test bench bench-collectives stop clean mutation
 
 setup: apt $(VENV_STAMP)
 
@@ -82,7 +82,16 @@ stop:
 	else echo "no $(VENV): this checkout started no fabric; make stop ALL=1 runs mn -c"; fi
 
 clean: stop
-	rm -rf $(BUILD_DIR) results pcaps logs *.pcap
+	rm -rf $(BUILD_DIR) results pcaps logs *.pcap mutants
+
+# Mutation testing (mutmut, requirements-dev.txt) of hosts/numerics.py, hosts/quantize.py and p4sim's
+# expression code against the fast tests that cover them (pyproject.toml, [tool.mutmut]); the score
+# and every mutant no test killed go to docs/results/mutation.md (about an hour on 2 cores).
+mutation: $(VENV_STAMP)
+	$(PY) -m pip install -q -r requirements-dev.txt
+	rm -rf mutants
+	$(PY) -m mutmut run --max-children 2
+	$(PY) -m tests.mutation_report -o docs/results/mutation.md
 
 # Tensor-parallel decoding on a star of N = 2, 4, 8 hosts (TP_WORKERS), with INC and with the
 # host ring, each checked against the single-process reference: a table, $(RESULTS)/tp.json and tp.png.
