@@ -1,5 +1,6 @@
 # p4inc's front door, after the P4 tutorials' Makefile: `make setup`, then
-# `make run` (Mininet CLI), `make demo`, `make test`, `make bench`, `make stop`, `make clean`.
+# `make run` (Mininet CLI), `make demo`, `make test`, `make bench`, `make stop` (ALL=1: every
+# fabric on the machine), `make clean`.
 # Mininet needs root. Choose the target with TARGET=p4sim (default) or TARGET=bmv2.
 
 SHELL := /bin/bash
@@ -27,7 +28,7 @@ APT_PACKAGES := mininet iputils-ping bridge-utils ethtool iproute2 tcpdump cpp n
 RUN := $(PY) -m topologies.run --topo $(TOPO) --hosts $(HOSTS) --target $(TARGET) --build-dir $(BUILD_DIR) \
 	$(if $(SLOW),--slow $(SLOW))
 
-.PHONY: setup apt run demo test bench bench-collectives fuzz-p4sim stop clean
+.PHONY: setup apt run demo test bench bench-collectives fuzz-p4sim stop clean mutation
 
 setup: apt $(VENV_STAMP)
 
@@ -78,13 +79,26 @@ MINUTES ?= 10
 fuzz-p4sim: $(VENV_STAMP)
 	PYTHONPATH=. $(PY) tests/p4sim/p4fuzz.py --seed $(SEED) --minutes $(MINUTES)
 
-# Ends what our fabrics recorded in $(BUILD_DIR)/run, then Mininet's own cleanup (`mn -c`).
+# Ends what this checkout's fabric recorded in $(BUILD_DIR)/run, then Mininet's own cleanup (`mn -c`,
+# which tears down every Mininet fabric on the machine) only when no other checkout's fabric is up
+# or left processes running; ALL=1 runs `mn -c` regardless (topologies/cleanup.py).
+ALL ?=
 stop:
-	-test -x $(PY) && $(PY) -m topologies.cleanup --build-dir $(BUILD_DIR)
-	-mn -c
+	-@if test -x $(PY); then $(PY) -m topologies.cleanup --build-dir $(BUILD_DIR) $(if $(ALL),--all); \
+	elif [ -n "$(ALL)" ]; then mn -c; \
+	else echo "no $(VENV): this checkout started no fabric; make stop ALL=1 runs mn -c"; fi
 
 clean: stop
-	rm -rf $(BUILD_DIR) results pcaps logs *.pcap
+	rm -rf $(BUILD_DIR) results pcaps logs *.pcap mutants
+
+# Mutation testing (mutmut, requirements-dev.txt) of hosts/numerics.py, hosts/quantize.py and p4sim's
+# expression code against the fast tests that cover them (pyproject.toml, [tool.mutmut]); the score
+# and every mutant no test killed go to docs/results/mutation.md (about an hour on 2 cores).
+mutation: $(VENV_STAMP)
+	$(PY) -m pip install -q -r requirements-dev.txt
+	rm -rf mutants
+	$(PY) -m mutmut run --max-children 2
+	$(PY) -m tests.mutation_report -o docs/results/mutation.md
 
 # Tensor-parallel decoding on a star of N = 2, 4, 8 hosts (TP_WORKERS), with INC and with the
 # host ring, each checked against the single-process reference: a table, $(RESULTS)/tp.json and tp.png.

@@ -18,11 +18,12 @@ import numpy as np
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
+from hosts.args import unwritable
 from hosts.inc import AGG_IP, AGG_MAC, INC_K, INC_PORT, OP_CONTRIB, PAYLOAD_SIZE, IncHeader, pack
 from p4sim import P4Error, Switch, compile_file
 from p4sim.state import TableEntry
 
-from .environment import describe_environment, unwritable
+from .environment import describe_environment
 from .measure import measured
 
 log = logging.getLogger("bench.p4sim")

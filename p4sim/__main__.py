@@ -10,6 +10,7 @@ import signal
 import sys
 import threading
 from pathlib import Path
+from typing import Callable
 
 from . import P4Error, Program, Switch, compile_file
 from .dataplane import SLOW_PRESETS, Dataplane, DataplaneError, SlowMode, parse_interface
@@ -20,6 +21,7 @@ from .runtime.thrift import DEFAULT_THRIFT_PORT, serve_thrift
 log = logging.getLogger("p4sim")
 
 DEFAULT_GRPC_ADDR = "127.0.0.1:9559"
+SWITCH_PORTS = 511          # v1model's egress_spec is 9 bits and port 511 drops: ports are 0..510
 LOG_LEVELS = {"trace": logging.DEBUG, "debug": logging.DEBUG, "info": logging.INFO,
               "warn": logging.WARNING, "error": logging.ERROR, "off": logging.CRITICAL + 1}
 
@@ -63,7 +65,7 @@ def switch_parser() -> argparse.ArgumentParser:
                    help="start without a program; the controller pushes one with SetForwardingPipelineConfig")
     p.add_argument("-i", "--interface", action="append", default=[], metavar="PORT@IFACE",
                    help="attach switch port PORT to network interface IFACE (repeatable)")
-    p.add_argument("--device-id", type=int, default=0, help="P4Runtime device id (default 0)")
+    p.add_argument("--device-id", type=_number(0, 2**64 - 1), default=0, help="P4Runtime device id (default 0)")
     p.add_argument("--pcap", nargs="?", const=".", metavar="DIR",
                    help="write IFACE_in.pcap and IFACE_out.pcap for every port into DIR (default: .)")
     p.add_argument("--log-console", action="store_true",
@@ -72,7 +74,7 @@ def switch_parser() -> argparse.ArgumentParser:
                    help="log level (default info; trace also turns on packet tracing)")
     p.add_argument("-I", "--include", action="append", default=[], metavar="DIR",
                    help="extra include directory for a .p4 program")
-    p.add_argument("--thrift-port", type=int, nargs="?", const=DEFAULT_THRIFT_PORT, metavar="PORT",
+    p.add_argument("--thrift-port", type=_number(0, 65535, "port"), nargs="?", const=DEFAULT_THRIFT_PORT, metavar="PORT",
                    help="also serve BMv2's Thrift runtime (simple_switch_CLI) on 127.0.0.1:PORT "
                         f"(default {DEFAULT_THRIFT_PORT}); off unless given")
     slow = p.add_argument_group("slow target (p4sim only; off by default)")
@@ -101,10 +103,32 @@ def slow_mode(args: argparse.Namespace) -> SlowMode | None:
 
 
 def _target_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--grpc-server-addr", metavar="HOST:PORT",
+    p.add_argument("--grpc-server-addr", metavar="HOST:PORT", type=_listen_address,
                    help=f"P4Runtime listen address (default {DEFAULT_GRPC_ADDR})")
-    p.add_argument("--cpu-port", type=int, metavar="PORT",
+    p.add_argument("--cpu-port", type=_number(0, SWITCH_PORTS - 1, "switch port"), metavar="PORT",
                    help="port whose packets go to / come from the controller (PacketIn/PacketOut)")
+
+
+def _number(low: int, high: int, what: str = "value") -> Callable[[str], int]:
+    """An argparse type: a whole number in low..high."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{what} {value} is not in {low}..{high}")
+        return value
+    return parse
+
+
+def _listen_address(text: str) -> str:
+    """HOST:PORT to listen on (port 0: any free one)."""
+    host, colon, port = text.rpartition(":")
+    if not colon or not host:
+        raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT")
+    _number(0, 65535, "port")(port)
+    return text
 
 
 def switch_main(argv: list[str]) -> int:
@@ -126,6 +150,8 @@ def switch_main(argv: list[str]) -> int:
         interfaces = dict(parse_interface(spec) for spec in args.interface)
     except ValueError as err:
         parser.error(f"-i: {err}")
+    if bad := [n for n in interfaces if n >= SWITCH_PORTS]:
+        parser.error(f"-i: switch port {bad[0]} is not in 0..{SWITCH_PORTS - 1}")
     try:
         args.slow_mode = slow_mode(args)
     except ValueError as err:

@@ -16,6 +16,7 @@ from typing import IO
 
 from mininet.node import Switch
 
+from topologies.nodes import BoundedShell
 from topologies.procs import Recorded, end_child, record
 from topologies.spec import CPU_PORT
 
@@ -73,8 +74,9 @@ def bmv2_command(args: TargetArgs) -> list[str]:
             "--", "--grpc-server-addr", args.grpc_addr, "--cpu-port", str(args.cpu_port)]
 
 
-class P4RuntimeSwitch(Switch):
-    """A switch whose data plane is a target process serving P4Runtime on `grpc_addr`."""
+class P4RuntimeSwitch(BoundedShell, Switch):
+    """A switch whose data plane is a target process serving P4Runtime on `grpc_addr`; its
+    shell's commands end even when the shell is killed (BoundedShell)."""
 
     target = ""
     marker = ""          # in the target's command line: guards `make stop` against pid reuse

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import select
 import subprocess
@@ -21,6 +22,7 @@ import numpy as np
 from tqdm import tqdm
 
 from bench.environment import describe_environment
+from hosts.args import unwritable
 from topologies.fabric import Fabric, FabricError, FabricOptions
 from topologies.pieces import DEFAULT_PROGRAM, PieceError, clear_job_slots, compile_program, setup_controller
 from topologies.procs import end_child
@@ -201,7 +203,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--run-timeout", type=float, default=300.0, help="give up on a run that reports no token "
                    "for this many seconds (default 300)")
     p.add_argument("-o", "--out", type=Path, default=REPO_ROOT / "results" / "tp.json",
-                   help="JSON results; the plot goes next to it as .png (default results/tp.json)")
+                   help="JSON results; the plot goes next to it as .png (default results/tp.json; its folder is "
+                        "created, both checked writable before anything runs)")
     args = p.parse_args(argv)
     try:
         config = model_config(args)
@@ -211,8 +214,11 @@ def main(argv: list[str] | None = None) -> int:
         p.error(str(e))
     if args.reps < 1 or args.tokens < 1 or args.prompt_length < 1:
         p.error("--reps, --tokens and --prompt-length must be at least 1")
-    if args.retransmit_ms <= 0:
-        p.error("--retransmit-ms must be positive")
+    if not 0 < args.retransmit_ms < math.inf or not 0 < args.run_timeout < math.inf:
+        p.error("--retransmit-ms and --run-timeout must be positive")
+    for path in (args.out, args.out.with_suffix(".png")):
+        if (why := unwritable(path)) is not None:
+            p.error(why)
     if os.geteuid() != 0:
         p.error("Mininet needs root: run as root (sudo make demo-tp)")
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
