@@ -1,0 +1,186 @@
+"""One rank of the torch backend's tests, started as a launcher starts it (RANK, WORLD_SIZE,
+MASTER_ADDR, MASTER_PORT; P4INC_* say where the switch is): it sets up the p4inc default group
+and a gloo group beside it, runs a scenario on both and saves what each returned, with its
+inputs, to OUT/rank<R>.pt; the test compares them. Scenarios:
+
+- matrix: every collective x dtype x op, blocking and async, on p4inc and on gloo;
+- mismatch: rank 1 calls all_reduce with one element more; every rank saves the error it got;
+- ddp: STEPS steps of DistributedDataParallel on a small model, on p4inc and on gloo;
+- refused: PRODUCT and send, which p4inc refuses, and what it said.
+
+    RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 python -m tests.torch.ranks matrix out/
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as tdist
+from torch import nn
+
+import hosts.torch_backend  # noqa: F401  (registers "p4inc")
+from hosts.torch_backend import P4incProcessGroup
+
+DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.int32)
+HOST_DTYPES = (torch.float64, torch.int64)            # done on the hosts' path
+OPS = {"sum": tdist.ReduceOp.SUM, "min": tdist.ReduceOp.MIN, "max": tdist.ReduceOp.MAX}
+SIZE = 100                  # elements: 4 packets and a partial one
+
+
+def inputs(rank: int, dtype: torch.dtype, size: int = SIZE, salt: int = 0) -> torch.Tensor:
+    """Rank `rank`'s seeded input: integers in a range every dtype holds exactly, or normals."""
+    g = torch.Generator().manual_seed(1000 * rank + 17 * salt + DTYPES_ALL.index(dtype))
+    if dtype.is_floating_point:
+        return (torch.randn(size, generator=g, dtype=torch.float64) * 4).to(dtype)
+    return torch.randint(-2**20, 2**20, (size,), generator=g, dtype=dtype)
+
+
+DTYPES_ALL = DTYPES + HOST_DTYPES
+
+
+def matrix(rank: int, n: int, p4inc: tdist.ProcessGroup, gloo: tdist.ProcessGroup) -> dict:
+    """Each collective's result on both groups, keyed "collective/dtype[/op]"; async ones too."""
+    out: dict = {}
+    for dtype in DTYPES_ALL:
+        d = str(dtype)[6:]
+        x = inputs(rank, dtype)
+        out[f"input/{d}"] = x
+        for name, op in OPS.items():
+            for label, group in (("p4inc", p4inc), ("gloo", gloo)):
+                t = x.clone()
+                tdist.all_reduce(t, op, group=group)
+                out[f"{label}/all_reduce/{d}/{name}"] = t
+                t = x.clone()
+                tdist.reduce(t, dst=n - 1, op=op, group=group)
+                out[f"{label}/reduce/{d}/{name}"] = t
+        if dtype.is_floating_point:
+            t = x.clone()
+            tdist.all_reduce(t, tdist.ReduceOp.AVG, group=p4inc)
+            out[f"p4inc/all_reduce/{d}/avg"] = t
+        for label, group in (("p4inc", p4inc), ("gloo", gloo)):
+            big = inputs(rank, dtype, SIZE * n, salt=1)
+            part = torch.empty(SIZE, dtype=dtype)
+            tdist.reduce_scatter_tensor(part, big, group=group)
+            out[f"{label}/reduce_scatter/{d}/sum"] = part
+            gathered = torch.empty(n * SIZE, dtype=dtype)
+            tdist.all_gather_into_tensor(gathered, x, group=group)
+            out[f"{label}/all_gather/{d}"] = gathered
+            listed = [torch.empty(SIZE, dtype=dtype) for _ in range(n)]
+            tdist.all_gather(listed, x, group=group)
+            out[f"{label}/all_gather_list/{d}"] = torch.cat(listed)
+            t = x.clone()
+            tdist.broadcast(t, src=n - 1, group=group)
+            out[f"{label}/broadcast/{d}"] = t
+        out[f"input_scatter/{d}"] = inputs(rank, dtype, SIZE * n, salt=1)
+    # Non-contiguous: every other element of a matrix's column, in place.
+    strided = inputs(rank, torch.float32, 2 * SIZE).reshape(SIZE, 2)[:, 1]
+    tdist.all_reduce(strided, group=p4inc)
+    out["p4inc/all_reduce/strided"] = strided
+    # Async: several calls in flight at once, completed in order through their futures.
+    pending = []
+    for i in range(4):
+        t = inputs(rank, torch.float32, salt=10 + i)
+        pending.append((t, tdist.all_reduce(t, async_op=True, group=p4inc)))
+    futures = [work.get_future() for _, work in pending]
+    torch.futures.wait_all(futures)
+    out["p4inc/async"] = torch.stack([f.value()[0] for f in futures])
+    out["p4inc/async_inputs"] = torch.stack([inputs(rank, torch.float32, salt=10 + i) for i in range(4)])
+    tdist.barrier(group=p4inc)
+    return out
+
+
+def mismatch(rank: int, n: int, p4inc: tdist.ProcessGroup, gloo: tdist.ProcessGroup) -> dict:
+    t = torch.ones(SIZE + (rank == 1), dtype=torch.float32)
+    started = time.monotonic()
+    try:
+        tdist.all_reduce(t, group=p4inc)
+        error = ""
+    except Exception as e:             # every kind: the test asserts which
+        error = f"{type(e).__name__}: {e}"
+    return {"error": error, "seconds": time.monotonic() - started}
+
+
+class SmallNet(nn.Module):
+    """About 0.6 M float32 parameters: 2.3 MiB of gradients, in DDP's buckets."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = nn.Sequential(nn.Linear(64, 512), nn.Tanh(), nn.Linear(512, 1024), nn.Tanh(),
+                                    nn.Linear(1024, 8))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layers(x)
+
+
+def ddp(rank: int, n: int, p4inc: tdist.ProcessGroup, gloo: tdist.ProcessGroup, steps: int) -> dict:
+    """The same model, data and optimiser on each group; parameters after `steps`, step times."""
+    from torch.nn.parallel import DistributedDataParallel
+    out: dict = {}
+    for label, group in (("gloo", gloo), ("p4inc", p4inc)):
+        torch.manual_seed(0)
+        net = SmallNet()
+        out["initial"] = torch.cat([p.detach().ravel() for p in net.parameters()])
+        model = DistributedDataParallel(net, process_group=group, bucket_cap_mb=1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.05)
+        data = torch.Generator().manual_seed(rank)
+        times = []
+        for _ in range(steps):
+            x = torch.randn(32, 64, generator=data)
+            y = torch.randn(32, 8, generator=data)
+            start = time.perf_counter()
+            opt.zero_grad()
+            nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+            times.append(time.perf_counter() - start)
+        out[f"{label}/params"] = torch.cat([p.detach().ravel() for p in model.parameters()])
+        out[f"{label}/step_s"] = torch.tensor(times)
+    return out
+
+
+def refused(rank: int, n: int, p4inc: tdist.ProcessGroup, gloo: tdist.ProcessGroup) -> dict:
+    said = {}
+    for name, call in (("product", lambda: tdist.all_reduce(torch.ones(3), tdist.ReduceOp.PRODUCT, group=p4inc)),
+                       ("send", lambda: tdist.send(torch.ones(3), dst=(rank + 1) % n, group=p4inc))):
+        try:
+            call()
+            said[name] = ""
+        except Exception as e:
+            said[name] = str(e)
+    return {"said": said}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m tests.torch.ranks", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("scenario", choices=("matrix", "mismatch", "ddp", "refused"))
+    p.add_argument("out", type=Path, help="folder for rank<R>.pt")
+    p.add_argument("--steps", type=int, default=5, help="ddp: training steps (default 5)")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(name)s %(levelname)s %(message)s")
+    tdist.init_process_group("p4inc")
+    rank, n = tdist.get_rank(), tdist.get_world_size()
+    p4inc = tdist.group.WORLD
+    gloo = tdist.new_group(backend="gloo")
+    try:
+        if args.scenario == "ddp":
+            result = ddp(rank, n, p4inc, gloo, args.steps)
+        else:
+            result = {"matrix": matrix, "mismatch": mismatch, "refused": refused}[args.scenario](rank, n, p4inc, gloo)
+        pg = tdist.distributed_c10d._get_default_group()
+        assert isinstance(pg, P4incProcessGroup)
+        stats = pg.p4inc.stats
+        result["stats"] = {"backend": stats.backend, "fallbacks": stats.fallbacks, "calls": stats.calls}
+        args.out.mkdir(parents=True, exist_ok=True)
+        torch.save(result, args.out / f"rank{rank}.pt")
+    finally:
+        if args.scenario != "mismatch":      # a group whose ranks are out of step cannot close together
+            tdist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
