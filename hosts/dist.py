@@ -534,6 +534,7 @@ def get_world_size() -> int:
 def all_reduce(array: Any, op: ReduceOp = ReduceOp.SUM) -> Any:
     """In place, as torch's: `array` (a writable ndarray, or a CPU torch tensor) becomes the
     reduction; also returned."""
+    _check_in_place(array)
     return _fill(array, _default().all_reduce(_readable(array), op))
 
 
@@ -541,6 +542,8 @@ def all_gather(output: list[Any], array: Any) -> None:
     """torch's signature: fills `output` (a list of world_size arrays or tensors) in place."""
     if len(output) != _default().world_size:
         raise ValueError(f"all_gather needs an output list of {_default().world_size} arrays, not {len(output)}")
+    for out in output:
+        _check_in_place(out)
     for out, got in zip(output, _default().all_gather(_readable(array))):
         _fill(out, got)
 
@@ -549,6 +552,7 @@ def reduce_scatter(output: Any, inputs: list[Any], op: ReduceOp = ReduceOp.SUM) 
     """torch's signature: `output` becomes the reduction over ranks of `inputs[rank]`."""
     if len(inputs) != _default().world_size:
         raise ValueError(f"reduce_scatter needs {_default().world_size} inputs, not {len(inputs)}")
+    _check_in_place(output)
     got = _default().reduce_scatter(np.concatenate([_readable(i).ravel() for i in inputs]), op)
     _fill(output, got.reshape(np.shape(output)))
 
@@ -556,12 +560,14 @@ def reduce_scatter(output: Any, inputs: list[Any], op: ReduceOp = ReduceOp.SUM) 
 def reduce(array: Any, dst: int, op: ReduceOp = ReduceOp.SUM) -> Any:
     """In place at rank `dst`, as torch's: `array` there becomes the reduction (elsewhere it
     is left as it was); returned."""
+    _check_in_place(array)
     got = _default().reduce(_readable(array), dst, op)
     return array if got is None else _fill(array, got)
 
 
 def broadcast(array: Any, src: int) -> Any:
     """In place, as torch's: `array` becomes rank `src`'s; also returned."""
+    _check_in_place(array)
     return _fill(array, _default().broadcast(_readable(array), src))
 
 
@@ -644,18 +650,23 @@ def _readable(array: Any) -> np.ndarray:
     return np.asarray(array)
 
 
+def _check_in_place(target: Any) -> None:
+    """Only a writable ndarray or a torch tensor can change in place: refuse anything else before
+    the collective, rather than return with it unchanged."""
+    if _is_torch_tensor(target) or isinstance(target, np.ndarray) and target.flags.writeable:
+        return
+    raise TypeError(f"in place needs a writable numpy array or a torch tensor, not "
+                    f"{'a read-only array' if isinstance(target, np.ndarray) else type(target).__name__}; "
+                    f"the group's method returns the result instead")
+
+
 def _fill(target: Any, result: np.ndarray) -> Any:
-    """Write `result` into `target` in place: a writable ndarray or a torch tensor; anything
-    else cannot be changed in place, which torch's in-place API would silently not do."""
+    """Write `result` into `target` (checked by `_check_in_place`) in place."""
     if _is_torch_tensor(target):
         from hosts.torch_backend import copy_into
         copy_into(target, result)
-        return target
-    if not isinstance(target, np.ndarray) or not target.flags.writeable:
-        raise TypeError(f"in place needs a writable numpy array or a torch tensor, not "
-                        f"{'a read-only array' if isinstance(target, np.ndarray) else type(target).__name__}; "
-                        f"the group's method returns the result instead")
-    target[...] = result
+    else:
+        target[...] = result
     return target
 
 
