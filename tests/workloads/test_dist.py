@@ -147,14 +147,16 @@ def test_the_torch_shaped_functions_work_in_place_on_the_default_group(monkeypat
     assert not dist.is_initialized()
 
 
-def run_worker_script(n: int, launcher_env, extra_env: dict[str, str], out_dir: Path) -> list[subprocess.CompletedProcess]:
+def run_worker_script(n: int, launcher_env, extra_env: dict[str, str], out_dir: Path,
+                      worker_args: tuple[str, ...] = ()) -> list[subprocess.CompletedProcess]:
     master = str(free_port())
     procs = []
     for r in range(n):
         env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
                **launcher_env(r, n), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": master,
                "P4INC_PORT": str(free_port(socket.SOCK_DGRAM)), **extra_env}
-        procs.append(subprocess.Popen([sys.executable, "-m", "workloads.tp_worker", *SMALL_FLAGS, "-o", str(out_dir)],
+        procs.append(subprocess.Popen([sys.executable, "-m", "workloads.tp_worker", *SMALL_FLAGS, *worker_args,
+                                       "-o", str(out_dir)],
                                       cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     try:
         return [subprocess.CompletedProcess(p.args, p.wait(timeout=120), p.stdout.read(), p.stderr.read())
