@@ -122,6 +122,7 @@ class Options:
     max_retries: int = 200                        # the ring's (INC measures its own timeout)
     give_up_after: float = 30.0                   # P4INC_GIVE_UP_S: INC's seconds without a result before IncTimeoutError
     probe_timeout: float = 1.0                    # P4INC_PROBE_TIMEOUT: "auto" waits this long for the switch
+    max_rto: float = 2.0                          # P4INC_MAX_RTO_MS: INC's measured retransmission timeout's ceiling
     pool: str | None = None                       # P4INC_POOL=HOST:PORT|unix:PATH: ask the slot pool for a job
 
     @classmethod
@@ -137,6 +138,7 @@ class Options:
                        timeout=float(env.get("P4INC_TIMEOUT_MS", 1e3 * cls.timeout)) / 1e3,
                        give_up_after=float(env.get("P4INC_GIVE_UP_S", cls.give_up_after)),
                        probe_timeout=float(env.get("P4INC_PROBE_TIMEOUT", cls.probe_timeout)),
+                       max_rto=float(env.get("P4INC_MAX_RTO_MS", 1e3 * cls.max_rto)) / 1e3,
                        pool=env.get("P4INC_POOL") or None)
         except ValueError as e:
             raise DistError(f"a P4INC_* variable is malformed: {e}") from None
@@ -606,7 +608,8 @@ def _probe_inc(env: LaunchEnv, options: Options, quick: bool) -> Worker | None:
     when it did not answer within the probe timeout."""
     transport = UdpTransport(options.aggregator, ("0.0.0.0", _inc_port(env, options)), options.interface)
     config = JobConfig(options.job_id, env.rank, env.world_size, window=options.window,
-                       give_up_after=options.give_up_after)
+                       give_up_after=options.give_up_after, max_rto=options.max_rto,
+                       min_rto=min(JobConfig.min_rto, options.max_rto))
     try:
         probe = Worker(dataclasses.replace(config, timeout=min(config.timeout, options.probe_timeout / 4),
                                            give_up_after=options.probe_timeout) if quick else config, transport)
