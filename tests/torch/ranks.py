@@ -6,7 +6,8 @@ inputs, to OUT/rank<R>.pt; the test compares them. Scenarios:
 - matrix: every collective x dtype x op, blocking and async, on p4inc and on gloo;
 - mismatch: rank 1 calls all_reduce with one element more; every rank saves the error it got;
 - ddp: STEPS steps of DistributedDataParallel on a small model, on p4inc and on gloo;
-- refused: PRODUCT and send, which p4inc refuses, and what it said.
+- refused: PRODUCT and send, which p4inc refuses, and what it said;
+- overlap: an async all_reduce while this thread computes: when it returned, when it completed.
 
     RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 python -m tests.torch.ranks matrix out/
 """
@@ -142,6 +143,28 @@ def ddp(rank: int, n: int, p4inc: tdist.ProcessGroup, gloo: tdist.ProcessGroup, 
     return out
 
 
+def overlap(rank: int, n: int, p4inc: tdist.ProcessGroup, gloo: tdist.ProcessGroup) -> dict:
+    """An async all_reduce of 256 Ki elements: how long the call took to return, whether it was
+    done then, and when its future completed (a callback on the collective thread) while this
+    thread multiplied matrices."""
+    big = inputs(rank, torch.float32, 1 << 18)
+    completed: list[float] = []
+    started = time.perf_counter()
+    work = tdist.all_reduce(big, async_op=True, group=p4inc)
+    returned = time.perf_counter() - started
+    done_at_return = work.is_completed()
+    future = work.get_future().then(lambda f: completed.append(time.perf_counter() - started))
+    a = torch.randn(256, 256)
+    products = 0
+    while not work.is_completed():
+        a = torch.tanh(a @ a)
+        products += 1
+    future.wait()
+    return {"returned_s": returned, "done_at_return": done_at_return, "completed_s": completed[0],
+            "products": products, "result": big,
+            "inputs_sum": sum(inputs(r, torch.float32, 1 << 18).double() for r in range(n))}
+
+
 def refused(rank: int, n: int, p4inc: tdist.ProcessGroup, gloo: tdist.ProcessGroup) -> dict:
     said = {}
     for name, call in (("product", lambda: tdist.all_reduce(torch.ones(3), tdist.ReduceOp.PRODUCT, group=p4inc)),
@@ -157,7 +180,7 @@ def refused(rank: int, n: int, p4inc: tdist.ProcessGroup, gloo: tdist.ProcessGro
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m tests.torch.ranks", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("scenario", choices=("matrix", "mismatch", "ddp", "refused"))
+    p.add_argument("scenario", choices=("matrix", "mismatch", "ddp", "refused", "overlap"))
     p.add_argument("out", type=Path, help="folder for rank<R>.pt")
     p.add_argument("--steps", type=int, default=5, help="ddp: training steps (default 5)")
     p.add_argument("--width", type=int, default=64, help="ddp: the model's width (default 64: 53 KiB of gradients)")
@@ -171,7 +194,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.scenario == "ddp":
             result = ddp(rank, n, p4inc, gloo, args.steps, args.width)
         else:
-            result = {"matrix": matrix, "mismatch": mismatch, "refused": refused}[args.scenario](rank, n, p4inc, gloo)
+            result = {"matrix": matrix, "mismatch": mismatch, "refused": refused,
+                      "overlap": overlap}[args.scenario](rank, n, p4inc, gloo)
         pg = tdist.distributed_c10d._get_default_group()
         assert isinstance(pg, P4incProcessGroup)
         stats = pg.p4inc.stats

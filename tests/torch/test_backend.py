@@ -79,6 +79,13 @@ def test_ddp_on_p4inc_trains_as_on_gloo(tmp_path):
     assert_no_fallback(results)
 
 
+def test_an_async_all_reduce_returns_at_once_and_completes_while_the_caller_computes(tmp_path):
+    for r in run_ranks(2, "overlap", tmp_path):
+        assert not r["done_at_return"] and r["returned_s"] < 0.1 * r["completed_s"], r
+        assert r["products"] > 0, "the caller's thread did not run while the collective was in flight"
+        assert torch.allclose(r["result"].double(), r["inputs_sum"], atol=1e-4)
+
+
 def test_unsupported_ops_are_refused_naming_them(tmp_path):
     said = [r["said"] for r in run_ranks(2, "refused", tmp_path)]
     for s in said:
