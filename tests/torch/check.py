@@ -10,6 +10,7 @@ import torch
 from hosts.torch_backend import to_numpy
 from tests.hosts.documented import documented_bound
 from tests.torch.ranks import DTYPES, DTYPES_ALL, OPS, SIZE
+from workloads.ddp import DDP_RTOL
 
 PRECISION = {torch.float32: 24, torch.float16: 11, torch.bfloat16: 8, torch.float64: 53}
 
@@ -95,11 +96,6 @@ def assert_no_fallback(results: list[dict]) -> None:
         assert r["stats"]["backend"] == "inc" and r["stats"]["fallbacks"] == 0, (rank, r["stats"])
 
 
-# DDP on p4inc against gloo: float32 gradients through the switch carry block floating point
-# (about 2^-20 of each 32-element block's largest value at N=8, docs/protocol.md), so after k SGD
-# steps the parameters may differ from gloo's by a few ulps of the largest gradient step:
-# DDP_RTOL of the largest parameter (measured: ~1e-7 after 5 steps) flags any lost contribution.
-DDP_RTOL = 1e-5
 
 
 def assert_ddp_equal(results: list[dict]) -> None:

@@ -21,10 +21,10 @@ from pathlib import Path
 
 import torch
 import torch.distributed as tdist
-from torch import nn
 
 import hosts.torch_backend  # noqa: F401  (registers "p4inc")
 from hosts.torch_backend import P4incProcessGroup
+from workloads.ddp import train
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.int32)
 HOST_DTYPES = (torch.float64, torch.int64)            # done on the hosts' path
@@ -105,41 +105,14 @@ def mismatch(rank: int, n: int, p4inc: tdist.ProcessGroup, gloo: tdist.ProcessGr
     return {"error": error, "seconds": time.monotonic() - started}
 
 
-class SmallNet(nn.Module):
-    """Three linear layers: 2 w^2 + 82 w + 8 float32 parameters (w = 64: 13 k, 53 KiB of
-    gradients; w = 690: 1.0 M, 3.9 MiB), in DDP's buckets."""
-
-    def __init__(self, width: int) -> None:
-        super().__init__()
-        self.layers = nn.Sequential(nn.Linear(64, width), nn.Tanh(), nn.Linear(width, 2 * width), nn.Tanh(),
-                                    nn.Linear(2 * width, 8))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.layers(x)
-
-
 def ddp(rank: int, n: int, p4inc: tdist.ProcessGroup, gloo: tdist.ProcessGroup, steps: int, width: int) -> dict:
-    """The same model, data and optimiser on each group; parameters after `steps`, step times."""
-    from torch.nn.parallel import DistributedDataParallel
+    """The same model, data and optimiser on each group (workloads/ddp.py): parameters, step times."""
     out: dict = {}
     for label, group in (("gloo", gloo), ("p4inc", p4inc)):
-        torch.manual_seed(0)
-        net = SmallNet(width)
-        out["initial"] = torch.cat([p.detach().ravel() for p in net.parameters()])
-        model = DistributedDataParallel(net, process_group=group, bucket_cap_mb=1)
-        opt = torch.optim.SGD(model.parameters(), lr=0.05)
-        data = torch.Generator().manual_seed(rank)
-        times = []
-        for _ in range(steps):
-            x = torch.randn(32, 64, generator=data)
-            y = torch.randn(32, 8, generator=data)
-            start = time.perf_counter()
-            opt.zero_grad()
-            nn.functional.mse_loss(model(x), y).backward()
-            opt.step()
-            times.append(time.perf_counter() - start)
-        out[f"{label}/params"] = torch.cat([p.detach().ravel() for p in model.parameters()])
-        out[f"{label}/step_s"] = torch.tensor(times)
+        run = train(group, rank, steps, width)
+        out["initial"] = run.initial
+        out[f"{label}/params"] = run.params
+        out[f"{label}/step_s"] = torch.tensor(run.step_s)
     return out
 
 
