@@ -379,7 +379,7 @@ def averaging_hook(group: dist.ProcessGroup) -> Callable[[Any, Any], torch.futur
         thread = _threads[group] = CollectiveThread(group, f"p4inc-hook-{group.rank}")
         weakref.finalize(group, thread.close)
 
-    def hook(_state: Any, bucket: Any) -> torch.futures.Future:
+    def hook(state: Any, bucket: tdist.GradBucket) -> torch.futures.Future:
         buffer = bucket.buffer()
 
         def run() -> torch.Tensor:
@@ -387,6 +387,9 @@ def averaging_hook(group: dist.ProcessGroup) -> Callable[[Any, Any], torch.futur
             return buffer
         return thread.submit(run)
 
+    # DDP checks the annotations as objects, which `from __future__ import annotations` makes strings.
+    hook.__annotations__ = {"state": object, "bucket": tdist.GradBucket,
+                            "return": torch.futures.Future[torch.Tensor]}
     return hook
 
 

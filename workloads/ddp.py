@@ -11,6 +11,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Callable
 
 import torch
 import torch.distributed as tdist
@@ -45,12 +46,16 @@ class Training:
     step_s: list[float]        # seconds per step: forward, backward (DDP's reductions), optimiser
 
 
-def train(group: tdist.ProcessGroup | None, rank: int, steps: int, width: int, bucket_mb: float = 1.0) -> Training:
-    """`steps` SGD steps of SmallNet(width) under DDP on `group`; the same seeds on every run."""
+def train(group: tdist.ProcessGroup | None, rank: int, steps: int, width: int, bucket_mb: float = 1.0,
+          hook: Callable[[Any, Any], torch.futures.Future] | None = None) -> Training:
+    """`steps` SGD steps of SmallNet(width) under DDP on `group` (its gradients reduced by
+    `hook` if given: hosts.dist.ddp_comm_hook); the same seeds on every run."""
     torch.manual_seed(0)
     net = SmallNet(width)
     initial = torch.cat([p.detach().ravel() for p in net.parameters()])
     model = DistributedDataParallel(net, process_group=group, bucket_cap_mb=bucket_mb)
+    if hook is not None:
+        model.register_comm_hook(None, hook)
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     data = torch.Generator().manual_seed(rank)
     times = []

@@ -7,6 +7,7 @@ inputs, to OUT/rank<R>.pt; the test compares them. Scenarios:
 - mismatch: rank 1 calls all_reduce with one element more; every rank saves the error it got;
 - ddp: STEPS steps of DistributedDataParallel on a small model, on p4inc and on gloo;
 - refused: PRODUCT and send, which p4inc refuses, and what it said;
+- hook: DDP on gloo with hosts.dist.ddp_comm_hook, against DDP on gloo alone;
 - overlap: an async all_reduce while this thread computes: when it returned, when it completed.
 
     RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 python -m tests.torch.ranks matrix out/
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -116,6 +118,21 @@ def ddp(rank: int, n: int, p4inc: tdist.ProcessGroup, gloo: tdist.ProcessGroup, 
     return out
 
 
+def hook(rank: int, n: int, steps: int, width: int) -> dict:
+    """DDP on gloo (the default group here) once plainly and once with hosts.dist's comm hook,
+    whose hosts.dist group rendezvoused through torch's store (nothing else on MASTER_PORT)."""
+    from hosts import dist
+    group = dist.init_process_group("inc")
+    try:
+        out = {"gloo/params": train(None, rank, steps, width).params}
+        run = train(None, rank, steps, width, hook=dist.ddp_comm_hook(group))
+        out.update({"initial": run.initial, "p4inc/params": run.params,
+                    "stats": {"backend": group.backend, "fallbacks": group.stats.fallbacks, "calls": group.stats.calls}})
+        return out
+    finally:
+        dist.destroy_process_group()
+
+
 def overlap(rank: int, n: int, p4inc: tdist.ProcessGroup, gloo: tdist.ProcessGroup) -> dict:
     """An async all_reduce of 256 Ki elements: how long the call took to return, whether it was
     done then, and when its future completed (a callback on the collective thread) while this
@@ -153,12 +170,19 @@ def refused(rank: int, n: int, p4inc: tdist.ProcessGroup, gloo: tdist.ProcessGro
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m tests.torch.ranks", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("scenario", choices=("matrix", "mismatch", "ddp", "refused", "overlap"))
+    p.add_argument("scenario", choices=("matrix", "mismatch", "ddp", "refused", "overlap", "hook"))
     p.add_argument("out", type=Path, help="folder for rank<R>.pt")
     p.add_argument("--steps", type=int, default=5, help="ddp: training steps (default 5)")
     p.add_argument("--width", type=int, default=64, help="ddp: the model's width (default 64: 53 KiB of gradients)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(name)s %(levelname)s %(message)s")
+    if args.scenario == "hook":
+        tdist.init_process_group("gloo")
+        try:
+            result = hook(tdist.get_rank(), tdist.get_world_size(), args.steps, args.width)
+        finally:
+            tdist.destroy_process_group()
+        return _save(result, args.out, int(os.environ["RANK"]))
     tdist.init_process_group("p4inc")
     rank, n = tdist.get_rank(), tdist.get_world_size()
     p4inc = tdist.group.WORLD
@@ -173,11 +197,15 @@ def main(argv: list[str] | None = None) -> int:
         assert isinstance(pg, P4incProcessGroup)
         stats = pg.p4inc.stats
         result["stats"] = {"backend": stats.backend, "fallbacks": stats.fallbacks, "calls": stats.calls}
-        args.out.mkdir(parents=True, exist_ok=True)
-        torch.save(result, args.out / f"rank{rank}.pt")
     finally:
         if args.scenario != "mismatch":      # a group whose ranks are out of step cannot close together
             tdist.destroy_process_group()
+    return _save(result, args.out, rank)
+
+
+def _save(result: dict, out: Path, rank: int) -> int:
+    out.mkdir(parents=True, exist_ok=True)
+    torch.save(result, out / f"rank{rank}.pt")
     return 0
 
 

@@ -86,6 +86,15 @@ def test_an_async_all_reduce_returns_at_once_and_completes_while_the_caller_comp
         assert torch.allclose(r["result"].double(), r["inputs_sum"], atol=1e-4)
 
 
+def test_the_ddp_comm_hook_of_hosts_dist_trains_as_gloo_does(tmp_path):
+    """hosts.dist under torch.distributed: its group rendezvous through torch's store (it used to
+    bind MASTER_PORT, which torch's TCPStore holds), and DDP's buckets go through its hook."""
+    results = run_ranks(2, "hook", tmp_path, args=("--steps", "3"))
+    assert_ddp_equal(results)
+    assert_no_fallback(results)
+    assert results[0]["stats"]["calls"]["all_reduce"] >= 3
+
+
 def test_unsupported_ops_are_refused_naming_them(tmp_path):
     said = [r["said"] for r in run_ranks(2, "refused", tmp_path)]
     for s in said:
