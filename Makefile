@@ -98,3 +98,12 @@ TP_IMPL ?= numpy
 demo-tp: $(VENV_STAMP)
 	$(PY) -m workloads.demo --target $(TARGET) --impl $(TP_IMPL) --workers $(TP_WORKERS) --tokens $(TP_TOKENS) \
 		-o $(RESULTS)/$(if $(filter torch,$(TP_IMPL)),tp-torch,tp).json
+
+# DDP step time on a star of DDP_WORKERS hosts: the same training on gloo and on the p4inc
+# torch.distributed backend through one switch, parameters checked (needs make setup TORCH=1):
+# the median step time of each and $(RESULTS)/ddp.json. DDP_WIDTH=690 is 3.9 MiB of gradients.
+DDP_WORKERS ?= 8
+DDP_WIDTH ?= 690
+.PHONY: demo-ddp
+demo-ddp: $(VENV_STAMP)
+	$(PY) -m workloads.ddp_demo --target $(TARGET) --workers $(DDP_WORKERS) --width $(DDP_WIDTH) -o $(RESULTS)/ddp.json

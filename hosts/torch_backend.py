@@ -38,12 +38,14 @@ import torch
 import torch.distributed as tdist
 
 from hosts import dist, numerics
-from hosts.agent import IncTimeoutError
+from hosts.agent import IncOverflowError, IncTimeoutError
 from hosts.inc import INC_K
 
 log = logging.getLogger(__name__)
 
 BACKEND = "p4inc"
+# Errors every rank of a call gets alike, so the group's ranks stay in step.
+_IN_STEP = (TypeError, ValueError, IncOverflowError)
 # How long a rank that saw a collective fail waits for the others to say what they called.
 DIAGNOSE_S = 5.0
 
@@ -78,8 +80,9 @@ def copy_into(tensor: torch.Tensor, array: np.ndarray) -> None:
 class CollectiveThread:
     """Runs a hosts.dist group's collectives in the order they were submitted, each completing
     a torch future: on a thread of its own, or on the caller's (`inline`) when nothing is
-    queued. After a failed call the group's ranks are out of step, so every later call fails
-    at once with the first error."""
+    queued. After a call that failed on some ranks only (a time-out, ranks that called
+    differently) the ranks are out of step, so every later call fails at once with that error;
+    errors every rank gets alike (a refused argument, an overflowed sum) leave them in step."""
 
     def __init__(self, group: dist.ProcessGroup, name: str) -> None:
         self.group = group
@@ -124,7 +127,8 @@ class CollectiveThread:
         try:
             value = run()
         except Exception as e:           # the future carries it to whoever waits
-            self.failure = e
+            if not isinstance(e, _IN_STEP):
+                self.failure = e
             future.set_exception(e)
         else:
             future.set_result(value)
@@ -299,6 +303,8 @@ class P4incProcessGroup(tdist.ProcessGroup):
                 return run()
             except Exception as e:
                 raise self._diagnosis(call, what, e) from None
+            finally:
+                self._current = ""
         blocking = opts is None or not getattr(opts, "asyncOp", True)
         return Work(self._thread.submit(traced, inline=blocking))
 
@@ -345,6 +351,8 @@ class P4incProcessGroup(tdist.ProcessGroup):
     def _switch_timed_out(self, error: IncTimeoutError) -> None:
         """A call the switch did not finish: if another rank called something else, say so
         rather than fall back to the ring with ranks out of step."""
+        if not self._current:
+            return
         call, _, what = self._current.partition(" ")
         diagnosed = self._diagnosis(int(call[1:]), what, error)
         if diagnosed is not error:
