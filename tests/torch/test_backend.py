@@ -52,13 +52,13 @@ def run_ranks(n: int, scenario: str, out: Path, extra_env: dict[str, str] | None
     return [torch.load(out / f"rank{r}.pt") for r in range(n)]
 
 
-def test_every_collective_dtype_and_op_equals_glooS_answer_on_two_ranks(tmp_path):
+def test_every_collective_dtype_and_op_equals_gloos_answer_on_two_ranks(tmp_path):
     results = run_ranks(2, "matrix", tmp_path)
     assert_matrix(results, 2)
     assert_no_fallback(results)
 
 
-def test_every_collective_dtype_and_op_equals_glooS_answer_on_the_ring_without_a_switch(tmp_path):
+def test_every_collective_dtype_and_op_equals_gloos_answer_on_the_ring_without_a_switch(tmp_path):
     results = run_ranks(3, "matrix", tmp_path, {"P4INC_PROBE_TIMEOUT": "0.2"}, aggregator=False)
     assert_matrix(results, 3)
     for r in results:
