@@ -93,8 +93,10 @@ def run_ranks(net: IncStar, scenario: str, out: Path, *args: str, torchrun: bool
 @pytest.mark.parametrize("n", SIZES, ids=lambda n: f"N{n}")
 def test_every_collective_dtype_and_op_equals_gloos_answer_under_5pct_loss(torch_star, n, tmp_path):
     net = job_of(torch_star, n)
+    # float64 and int64 take the hosts' path (the switch's all_gather, tested here for every
+    # dtype, then a local reduction): at N = 2 and 4 only, to keep the module to a few minutes.
     with net.impaired(LOSS):
-        results = run_ranks(net, "matrix", tmp_path)
+        results = run_ranks(net, "matrix", tmp_path, *(["--switch-dtypes"] if n == 8 else []))
         dropped = net.fabric.impairment_counts()["drop"]
     assert dropped > 0, "no packet was lost: this run proved nothing"
     assert_matrix(results, n)

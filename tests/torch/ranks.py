@@ -30,6 +30,7 @@ from workloads.ddp import train
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.int32)
 HOST_DTYPES = (torch.float64, torch.int64)            # done on the hosts' path
+DTYPES_ALL = DTYPES + HOST_DTYPES
 OPS = {"sum": tdist.ReduceOp.SUM, "min": tdist.ReduceOp.MIN, "max": tdist.ReduceOp.MAX}
 SIZE = 100                  # elements: 4 packets and a partial one
 
@@ -42,13 +43,11 @@ def inputs(rank: int, dtype: torch.dtype, size: int = SIZE, salt: int = 0) -> to
     return torch.randint(-2**20, 2**20, (size,), generator=g, dtype=dtype)
 
 
-DTYPES_ALL = DTYPES + HOST_DTYPES
-
-
-def matrix(rank: int, n: int, p4inc: tdist.ProcessGroup, gloo: tdist.ProcessGroup) -> dict:
+def matrix(rank: int, n: int, p4inc: tdist.ProcessGroup, gloo: tdist.ProcessGroup,
+           dtypes: tuple[torch.dtype, ...] = DTYPES_ALL) -> dict:
     """Each collective's result on both groups, keyed "collective/dtype[/op]"; async ones too."""
     out: dict = {}
-    for dtype in DTYPES_ALL:
+    for dtype in dtypes:
         d = str(dtype)[6:]
         x = inputs(rank, dtype)
         out[f"input/{d}"] = x
@@ -174,6 +173,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("out", type=Path, help="folder for rank<R>.pt")
     p.add_argument("--steps", type=int, default=5, help="ddp: training steps (default 5)")
     p.add_argument("--width", type=int, default=64, help="ddp: the model's width (default 64: 53 KiB of gradients)")
+    p.add_argument("--switch-dtypes", action="store_true",
+                   help="matrix: only the dtypes the switch reduces (not float64 and int64, the hosts' path)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(name)s %(levelname)s %(message)s")
     if args.scenario == "hook":
@@ -190,9 +191,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.scenario == "ddp":
             result = ddp(rank, n, p4inc, gloo, args.steps, args.width)
+        elif args.scenario == "matrix":
+            result = matrix(rank, n, p4inc, gloo, DTYPES if args.switch_dtypes else DTYPES_ALL)
         else:
-            result = {"matrix": matrix, "mismatch": mismatch, "refused": refused,
-                      "overlap": overlap}[args.scenario](rank, n, p4inc, gloo)
+            result = {"mismatch": mismatch, "refused": refused, "overlap": overlap}[args.scenario](rank, n, p4inc, gloo)
         pg = tdist.distributed_c10d._get_default_group()
         assert isinstance(pg, P4incProcessGroup)
         stats = pg.p4inc.stats
