@@ -170,6 +170,8 @@ class ProcessGroup:
         # Told of a call the switch did not finish before it is redone on the ring; it may raise
         # instead (hosts/torch_backend.py: the ranks called with different sizes, not a dead switch).
         self.on_switch_timeout: Callable[[IncTimeoutError], None] | None = None
+        # Run first by close(): what was started on top of the group (hosts/torch_backend.py's threads).
+        self.on_close: list[Callable[[], None]] = []
         if isinstance(agent, FallbackAllReduce):
             agent.on_fallback = self._fell_back
 
@@ -251,6 +253,8 @@ class ProcessGroup:
     def close(self) -> None:
         """Stop the agents (collective under "auto": every rank closes, hosts/fallback.py says
         why); rank 0 then gives the job's pool slots back."""
+        for stop in self.on_close:
+            stop()
         self._agent.close()
         if self._lease is not None:
             self._lease.release()

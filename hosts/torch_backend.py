@@ -29,7 +29,6 @@ import logging
 import os
 import queue
 import threading
-import weakref
 from datetime import timedelta
 from typing import Any, Callable
 
@@ -161,7 +160,9 @@ class P4incProcessGroup(tdist.ProcessGroup):
         self.p4inc = group
         self._store = store
         self._thread = CollectiveThread(group, f"p4inc-collectives-{rank}")
+        group.on_close.append(self._thread.close)
         self._calls = 0
+        self._closed = False
         self._current = ""               # what the running call is, for a diagnosis
         group.on_switch_timeout = self._switch_timed_out
 
@@ -263,9 +264,10 @@ class P4incProcessGroup(tdist.ProcessGroup):
         return self._submit("barrier", None, lambda: self.p4inc.barrier(), opts)
 
     def shutdown(self) -> None:
-        """Stop the collective thread, then the group (collective: every rank closes)."""
-        self._thread.close()
-        self.p4inc.close()
+        """Stop the collective thread, then the group (collective: every rank closes); once."""
+        if not self._closed:
+            self._closed = True
+            self.p4inc.close()
 
     abort = shutdown
 
@@ -382,10 +384,8 @@ class P4incProcessGroup(tdist.ProcessGroup):
 def averaging_hook(group: dist.ProcessGroup) -> Callable[[Any, Any], torch.futures.Future]:
     """A DDP communication hook that averages each gradient bucket through hosts.dist `group`
     on the group's collective thread; the future completes when the switch answers."""
-    thread = _threads.get(group)
-    if thread is None:
-        thread = _threads[group] = CollectiveThread(group, f"p4inc-hook-{group.rank}")
-        weakref.finalize(group, thread.close)
+    thread = CollectiveThread(group, f"p4inc-hook-{group.rank}")
+    group.on_close.append(thread.close)
 
     def hook(state: Any, bucket: tdist.GradBucket) -> torch.futures.Future:
         buffer = bucket.buffer()
@@ -407,8 +407,6 @@ def register() -> None:
         tdist.Backend.register_backend(BACKEND, _create, extended_api=True, devices=["cpu"])
 
 
-# Every collective thread the DDP hook started, by group.
-_threads: weakref.WeakKeyDictionary[dist.ProcessGroup, CollectiveThread] = weakref.WeakKeyDictionary()
 # Whether a p4inc group of this process already uses the switch's job.
 _job_taken = threading.Event()
 

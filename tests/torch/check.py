@@ -4,12 +4,11 @@ docs/protocol.md's bound for float sums (tests/hosts/documented.py, written apar
 bit for bit for everything else. Shared by the loopback and the Mininet tests."""
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 from hosts.torch_backend import to_numpy
 from tests.hosts.documented import documented_bound
-from tests.torch.ranks import DTYPES, DTYPES_ALL, OPS, SIZE
+from tests.torch.ranks import DTYPES, DTYPES_ALL, OPS, SIZE, inputs
 from workloads.ddp import DDP_RTOL
 
 PRECISION = {torch.float32: 24, torch.float16: 11, torch.bfloat16: 8, torch.float64: 53}
@@ -48,7 +47,6 @@ def assert_matrix(results: list[dict], n: int) -> None:
                 assert torch.equal(r[f"p4inc/{kind}/{d}"], r[f"gloo/{kind}/{d}"]), f"rank {rank} {kind} {d}"
             assert torch.equal(r[f"p4inc/all_gather/{d}"], torch.cat(xs))
             assert torch.equal(r[f"p4inc/broadcast/{d}"], xs[n - 1])
-    from tests.torch.ranks import inputs
     strided = [inputs(rank, torch.float32, 2 * SIZE).reshape(SIZE, 2)[:, 1] for rank in range(n)]
     asyncs = [r["p4inc/async_inputs"] for r in results]
     for rank, r in enumerate(results):
@@ -110,6 +108,3 @@ def assert_ddp_equal(results: list[dict]) -> None:
         assert apart <= DDP_RTOL * scale, f"rank {rank}: parameters {apart:.3g} from gloo's (scale {scale:.3g})"
         moved = float((gloo - r["initial"]).abs().max())
         assert moved > 100 * DDP_RTOL * scale, f"training moved the parameters by only {moved:.3g}"
-
-
-__all__ = ["DTYPES", "assert_matrix", "assert_no_fallback", "assert_ddp_equal"]
