@@ -18,6 +18,10 @@ VENV := .venv
 PY := $(VENV)/bin/python
 # Written after a successful pip install; pip runs again only when requirements.txt changes.
 VENV_STAMP := $(VENV)/.p4inc-requirements
+# TORCH=1: also install the optional PyTorch extra (requirements-torch.txt: the p4inc
+# torch.distributed backend, its tests and `make demo-tp TP_IMPL=torch`); without it those skip.
+TORCH ?=
+TORCH_STAMP := $(VENV)/.p4inc-requirements-torch
 # Debian packages: Mininet's mnexec and mn, the tools Mininet hosts use, cpp for p4sim's
 # preprocessor, nftables for link loss (this kernel has no netem), python3-venv for .venv, and
 # Open MPI (mpirun, and the libmpi that mpi4py loads) for the benchmark's MPI_Allreduce baseline.
@@ -30,7 +34,7 @@ RUN := $(PY) -m topologies.run --topo $(TOPO) --hosts $(HOSTS) --target $(TARGET
 
 .PHONY: setup apt run demo test bench bench-collectives fuzz-p4sim stop clean mutation
 
-setup: apt $(VENV_STAMP)
+setup: apt $(VENV_STAMP) $(if $(TORCH),$(TORCH_STAMP))
 
 apt:
 	@missing=$$(for p in $(APT_PACKAGES); do \
@@ -43,6 +47,10 @@ apt:
 $(VENV_STAMP): requirements.txt
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q -r requirements.txt
+	touch $@
+
+$(TORCH_STAMP): requirements-torch.txt $(VENV_STAMP)
+	$(PY) -m pip install -q -r requirements-torch.txt
 	touch $@
 
 run: $(VENV_STAMP)
@@ -102,8 +110,21 @@ mutation: $(VENV_STAMP)
 
 # Tensor-parallel decoding on a star of N = 2, 4, 8 hosts (TP_WORKERS), with INC and with the
 # host ring, each checked against the single-process reference: a table, $(RESULTS)/tp.json and tp.png.
+# TP_IMPL=torch: the PyTorch decoder (workloads/torch_decoder.py) on torch.distributed, p4inc
+# against gloo through the same switch (needs make setup TORCH=1); results in $(RESULTS)/tp-torch.json.
 TP_WORKERS ?= 2 4 8
 TP_TOKENS ?= 16
+TP_IMPL ?= numpy
 .PHONY: demo-tp
 demo-tp: $(VENV_STAMP)
-	$(PY) -m workloads.demo --target $(TARGET) --workers $(TP_WORKERS) --tokens $(TP_TOKENS) -o $(RESULTS)/tp.json
+	$(PY) -m workloads.demo --target $(TARGET) --impl $(TP_IMPL) --workers $(TP_WORKERS) --tokens $(TP_TOKENS) \
+		-o $(RESULTS)/$(if $(filter torch,$(TP_IMPL)),tp-torch,tp).json
+
+# DDP step time on a star of DDP_WORKERS hosts: the same training on gloo and on the p4inc
+# torch.distributed backend through one switch, parameters checked (needs make setup TORCH=1):
+# the median step time of each and $(RESULTS)/ddp.json. DDP_WIDTH=690 is 3.9 MiB of gradients.
+DDP_WORKERS ?= 8
+DDP_WIDTH ?= 690
+.PHONY: demo-ddp
+demo-ddp: $(VENV_STAMP)
+	$(PY) -m workloads.ddp_demo --target $(TARGET) --workers $(DDP_WORKERS) --width $(DDP_WIDTH) -o $(RESULTS)/ddp.json
