@@ -60,10 +60,12 @@ def cache_dir() -> Path:
 
 
 def build(name: str, sources: dict[str, str], cdef: str, flags: tuple[str, ...] = (),
-          include_dirs: tuple[Path, ...] = ()) -> Built:
+          include_dirs: tuple[Path, ...] = (), ffi: Any = None) -> Built:
     """Compile `sources` (file name -> C text; headers among them are written beside the
     .c files) into `name-<hash>.so` unless the cache has it, and load it with `cdef`, the
-    declarations Python calls. Raises BuildError with the compiler's message."""
+    declarations Python calls. Objects that hand each other pointers share one `ffi` that
+    already declares `cdef` (cffi refuses pointers of another FFI's types). Raises
+    BuildError with the compiler's message."""
     import cffi
     cc = compiler()
     if cc is None:
@@ -80,8 +82,9 @@ def build(name: str, sources: dict[str, str], cdef: str, flags: tuple[str, ...] 
             if not cached:
                 _compile(cc, sources, flags, include_dirs, target)
         (out_dir / f"{name}-{key}.lock").unlink(missing_ok=True)
-    ffi = cffi.FFI()
-    ffi.cdef(cdef)
+    if ffi is None:
+        ffi = cffi.FFI()
+        ffi.cdef(cdef)
     try:
         lib = ffi.dlopen(str(target))
     except OSError as err:
