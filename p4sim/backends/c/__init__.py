@@ -69,10 +69,12 @@ int p4s_digest_wait(p4s_core *c, int timeout_ms);
 uint32_t p4s_digest_take(p4s_core *c, uint8_t *out, uint32_t cap);
 void p4s_digest_shutdown(p4s_core *c);
 const uint64_t *p4s_core_stats(p4s_core *c);
+void p4s_core_set_clock(p4s_core *c, uint64_t ns);
 void p4s_outbuf_release(p4sim_outbuf *ob);
 """
 
 CDEF = PIPELINE_CDEF + CORE_CDEF
+LINK_FLAGS = ("-Wl,-z,defs",)      # an undefined symbol fails the build, not the load
 RUNTIME_HEADERS = ("p4s.h", "p4s_core.h", "v1model_tm.h")
 RUNTIME_SOURCES = ("tables.c", "algos.c")
 
@@ -118,7 +120,7 @@ def pipeline_library(program: Program) -> tuple[CProgram, Built]:
             raise CBackendUnavailable(f"{err}") from None
         sources = {"program.c": cprog.source, **_runtime(RUNTIME_HEADERS + RUNTIME_SOURCES)}
         try:
-            built = build("p4sim-pipeline", sources, CDEF, include_dirs=(INCLUDE,), ffi=shared_ffi())
+            built = build("p4sim-pipeline", sources, CDEF, flags=LINK_FLAGS, include_dirs=(INCLUDE,), ffi=shared_ffi())
         except BuildError as err:
             if err.details:
                 log.debug("C compiler output for %s:\n%s", program.source_file, err.details)
@@ -148,7 +150,7 @@ def core_library() -> Built:
     if _CORE is None:
         try:
             _CORE = build("p4sim-core", {"core.c": (RUNTIME / "core.c").read_text(), **_runtime(("p4s_core.h",))},
-                          CDEF, include_dirs=(INCLUDE,), ffi=shared_ffi())
+                          CDEF, flags=LINK_FLAGS, include_dirs=(INCLUDE,), ffi=shared_ffi())
         except BuildError as err:
             if err.details:
                 log.debug("C compiler output for the switch core:\n%s", err.details)

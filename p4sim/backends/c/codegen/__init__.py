@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from ....errors import P4Error, internal_error
 from ....frontend.checker import V1SWITCH_BLOCKS, CheckedProgram
 from ....frontend.types import BitType, BoolType, StructType
-from .blocks import BlockGen
+from ....frontend import ast
+from .blocks import BlockGen, walk
 from .common import CUnsupported, cid, stype, struct_name, unsupported, width_of
 from .expressions import ExprGen
 from .externs import ExternGen
@@ -22,6 +23,7 @@ from .statements import StmtGen
 
 __all__ = ["CProgram", "CUnsupported", "TableLayout", "generate"]
 
+TIMESTAMPS = ("ingress_global_timestamp", "egress_global_timestamp", "enq_timestamp")
 MATCH_KINDS = {"exact": "P4S_MK_EXACT", "lpm": "P4S_MK_LPM", "ternary": "P4S_MK_TERNARY",
                "range": "P4S_MK_RANGE", "optional": "P4S_MK_OPTIONAL"}
 
@@ -145,6 +147,7 @@ class _Compiler(LayoutGen, BlockGen, StmtGen, ExternGen, ExprGen):
             "\n\n".join(self.funcs),
             entry,
             desc,
+            f"#define PIPE_TIME {int(self.reads_time())}",
             '#include "v1model_tm.h"',
         ]) + "\n"
         info = cp.info
@@ -153,6 +156,23 @@ class _Compiler(LayoutGen, BlockGen, StmtGen, ExternGen, ExprGen):
         return CProgram(source, layouts["tables"], dict(self.action_ids), dict(self.register_ids),
                         dict(self.counter_ids), dict(self.meter_ids), layouts["value_sets"],
                         dict(self.profile_ids), digests)
+
+    def reads_time(self) -> bool:
+        """Does the program read standard_metadata's timestamps (a field, or the whole struct
+        anywhere but as a call's argument or a member's base)?"""
+        sm = self.cp.sm_type
+        inside: set[int] = set()
+        for node in walk(self.cp.program):
+            if isinstance(node, ast.Member) and node.expr.type is sm:
+                if node.name in TIMESTAMPS:
+                    return True
+                inside.add(id(node.expr))
+            elif isinstance(node, ast.Call) and node.target is not None and (
+                    node.target.kind in ("action", "function", "block_apply")
+                    or node.target.name == "mark_to_drop"):
+                inside.update(id(a) for a in node.args)
+        return any(isinstance(n, (ast.NameRef, ast.Member)) and getattr(n, "type", None) is sm
+                   and id(n) not in inside for n in walk(self.cp.program))
 
     def digest_struct(self, name: str) -> StructType:
         return next(t for t in self.cp.structs if t.name == name)

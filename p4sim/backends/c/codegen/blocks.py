@@ -335,7 +335,7 @@ class BlockGen(CodeGen):
         if info.direct_counter:
             self.emit("    e->d.packets++; e->d.bytes += P->pipe.pk.length;")
         if info.support_timeout:
-            self.emit("    e->d.last_hit_ns = p4s_now_ns();")
+            self.emit("    e->d.last_hit_ns = p4s_clock_ns(P->pipe.core);")
         self.emit("}")
         if info.direct_meter:
             self.emit("P->pipe.pk.entry = e;")

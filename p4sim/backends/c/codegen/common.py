@@ -11,7 +11,7 @@ from ....errors import P4Error
 from ....frontend import ast
 from ....frontend.checker import CheckedProgram, Sym, const_value, error_at
 from ....frontend.types import (BitType, BoolType, EnumType, ErrorType, ExternType, IntType, StackType,
-                                StructType, Type, VarbitType)
+                                StructType, TupleType, Type)
 
 MAX_WIDTH = 128          # bit<W> and int<W> wider than this are not supported yet
 
@@ -46,7 +46,7 @@ def stack_name(t: StackType) -> str:
 
 
 def composite(t: Type) -> bool:
-    return isinstance(t, (StructType, StackType))
+    return isinstance(t, (StructType, StackType, TupleType))
 
 
 def is_packet_out(t: Type) -> bool:

@@ -109,7 +109,8 @@ class ExprGen(CodeGen):
 
     def x_Index(self, e: ast.Index, ctx) -> str:
         if isinstance(e.expr.type, TupleType):
-            raise unsupported(e, "an element of a tuple")
+            v = f"{self.expr(e.expr, ctx)}.e{const_value(e.index, self.cp.errors)}"
+            return v if composite(e.type) else self.rv(e.type, v)
         i = const_value(e.index, self.cp.errors)
         base = self.expr(e.expr, ctx)
         if i is not None:                        # the checker proved it in bounds
@@ -137,8 +138,11 @@ class ExprGen(CodeGen):
 
     def x_ListExpr(self, e: ast.ListExpr, ctx) -> str:
         t = e.type
+        if isinstance(t, TupleType):
+            values = [self.expr(x, ctx) for x in e.items]
+            return self.sequenced(e.items, values, lambda vs: f"(({self.ctype(t)}){{{', '.join(vs)}}})")
         if not isinstance(t, StructType):
-            raise unsupported(e, "a list (tuple) value here")
+            raise unsupported(e, "a list value here")
         if t.varbit is not None:
             raise unsupported(e, f"a list value of header {t.name}, which has a varbit field")
         values = [self.expr(x, ctx) for x in e.items]

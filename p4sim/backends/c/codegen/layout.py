@@ -7,8 +7,8 @@ a varbit field is its bytes `f` and its length in bits `f__n`. A stack is `{e[N]
 """
 from __future__ import annotations
 
-from ....frontend.types import BitType, StackType, StructType, Type, VarbitType, field_width
-from .common import CodeGen, cid, mask, stack_name, struct_name, stype, unsupported
+from ....frontend.types import BitType, StackType, StructType, TupleType, Type, VarbitType, field_width
+from .common import CodeGen, cid, composite, mask, stack_name, struct_name, stype, unsupported, vtype
 
 
 def byte_read(off: int, w: int, src: str = "d") -> str:
@@ -49,6 +49,7 @@ class LayoutGen(CodeGen):
         self.support: list[str] = []               # helper functions
         self.made: set[str] = set()                # names of typedefs and helpers already written
         self.scratch: dict[str, str] = {}          # element type name -> its scratch field in pl_t
+        self.tuples: dict[tuple, str] = {}         # tuple type -> its C struct
 
     # ---- types ------------------------------------------------------------------------
     def ctype(self, t: Type, where=None) -> str:
@@ -59,7 +60,20 @@ class LayoutGen(CodeGen):
         if isinstance(t, StackType):
             self.stack_type(t)
             return stack_name(t)
+        if isinstance(t, TupleType):
+            return self.tuple_type(t)
         return stype(t, where)
+
+    def tuple_type(self, t: TupleType) -> str:
+        """A tuple as a struct of members e0, e1, ..."""
+        key = ("tuple", t)
+        if key not in self.tuples:
+            name = f"T_{len(self.tuples)}"
+            members = [f"{self.ctype(x) if composite(x) else vtype(x, self.where)} e{i};" for i, x in enumerate(t.elems)]
+            self.tuples[key] = name
+            self.types.append(f"typedef struct {name} {{\n    " + "\n    ".join(members or ["uint8_t _unused;"])
+                              + f"\n}} {name};")
+        return self.tuples[key]
 
     def struct_type(self, t: StructType) -> None:
         name = struct_name(t)

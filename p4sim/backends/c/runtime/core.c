@@ -90,6 +90,9 @@ void p4s_digest_shutdown(p4s_core *c) {
     pthread_mutex_unlock(&c->dmu);
 }
 
+/* Fix the switch's clock at ns (0: the real clock again), for reproducible timestamps. */
+void p4s_core_set_clock(p4s_core *c, uint64_t ns) { c->clock_ns = ns; }
+
 const uint64_t *p4s_core_stats(p4s_core *c) { return &c->stats.rx; }
 
 /* Free an outbuf's memory (its buffers grow in C). */

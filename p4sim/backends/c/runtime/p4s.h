@@ -168,11 +168,6 @@ typedef struct p4s_meter {
 
 int p4s_meter_execute(p4s_meter *m, uint64_t units);
 double p4s_now_s(void);
-static inline uint64_t p4s_now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 /* ---- tables ---------------------------------------------------------------------------- */
 enum { P4S_MK_EXACT, P4S_MK_LPM, P4S_MK_TERNARY, P4S_MK_RANGE, P4S_MK_OPTIONAL };

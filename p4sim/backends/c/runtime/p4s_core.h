@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define P4S_MT_N 624
 #define P4S_DIGEST_QUEUE_MAX (64u << 20)   /* bytes of digests waiting; more are dropped */
@@ -33,7 +34,16 @@ typedef struct p4s_core {
     uint32_t dused, dcap;
     uint64_t digests_lost;
     int shutdown;
+    uint64_t clock_ns;              /* a fixed clock (tests), or 0: CLOCK_MONOTONIC */
 } p4s_core;
+
+/* The switch's clock: time.monotonic_ns()'s, as the Python backend reads it. */
+static inline uint64_t p4s_clock_ns(const p4s_core *c) {
+    if (c->clock_ns) return c->clock_ns;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
 
 /* One digest in the queue: the pipeline's generation, the digest's index in its program, and
  * its field values as 64-bit words (two, low first, for a field wider than 64 bits). */

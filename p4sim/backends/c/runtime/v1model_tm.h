@@ -7,7 +7,8 @@
  * whose first member is `p4s_pipe pipe` and which holds the reused PHV `phv`), hdr_t, meta_t and
  * sm_t, PIPE_DESC, and the functions PIPE_parser, PIPE_verify, PIPE_ingress, PIPE_egress,
  * PIPE_compute, PIPE_deparser, PIPE_inv_hdr (a new packet: every header invalid),
- * PIPE_restore (copy a field list's fields of preserved metadata) and PIPE_init.
+ * PIPE_restore (copy a field list's fields of preserved metadata) and PIPE_init; and
+ * PIPE_TIME, 0 when the program never reads standard_metadata's timestamps.
  */
 #define P4S_NORMAL 0
 #define P4S_INGRESS_CLONE 1
@@ -22,7 +23,10 @@
 #define P4S_MAX_E2E_DEPTH 4
 #define P4S_MASK48 0xFFFFFFFFFFFFull
 
-static inline uint64_t tm_now_us48(void) { return (p4s_now_ns() / 1000) & P4S_MASK48; }
+/* A program that never reads the timestamps (PIPE_TIME 0) is spared reading the clock. */
+static inline uint64_t tm_now_us48(const pl_t *P) {
+    return PIPE_TIME ? (p4s_clock_ns(P->pipe.core) / 1000) & P4S_MASK48 : 0;
+}
 
 static __attribute__((noinline)) void tm_parse(pl_t *P, p4s_pkt *pkt, hdr_t *hdr, meta_t *meta, sm_t *sm) {
     if (__builtin_setjmp(P->pipe.parse_jmp) == 0)
@@ -40,7 +44,7 @@ static void tm_egress(pl_t *P, hdr_t *hdr, meta_t *meta, sm_t *sm, const uint8_t
     sm->egress_rid = rid;
     sm->instance_type = itype;
     sm->egress_spec = 0;              /* as BMv2: egress sees 511 here only if it drops */
-    sm->egress_global_timestamp = tm_now_us48();
+    sm->egress_global_timestamp = tm_now_us48(P);
     sm->enq_timestamp = (uint32_t)sm->ingress_global_timestamp;
     p4s_pk_reset(pk, sm, sm->packet_length);
     pk->payload = payload;
@@ -134,7 +138,7 @@ static void tm_ingress(pl_t *P, const uint8_t *data, uint32_t len, uint32_t port
     sm.ingress_port = port;
     sm.packet_length = len;
     sm.instance_type = itype;
-    sm.ingress_global_timestamp = tm_now_us48();
+    sm.ingress_global_timestamp = tm_now_us48(P);
     if (fl >= 0) PIPE_restore(fl, &meta, (const meta_t *)keep);
     p4s_pk_reset(pk, &sm, len);
     p4s_pkt pkt = {data, len, 0};
