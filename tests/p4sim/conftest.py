@@ -31,11 +31,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "p4sim_backend" not in metafunc.fixturenames:
         return
     module = metafunc.module.__name__.rpartition(".")[2]
+    if not module.startswith(BOTH_BACKENDS):
+        return                                  # the fixture's default: python
     chosen = metafunc.config.getoption("--p4sim-backend")
     backends = ["python", "c"] if chosen == "both" else [chosen]
-    if not module.startswith(BOTH_BACKENDS) or metafunc.definition.get_closest_marker("python_backend"):
+    if metafunc.definition.get_closest_marker("python_backend"):
         backends = ["python"]
-    metafunc.parametrize("p4sim_backend", backends, indirect=True, ids=[f"{b}" for b in backends])
+    metafunc.parametrize("p4sim_backend", backends, indirect=True)
 
 
 class _Fallbacks(logging.Handler):

@@ -13,7 +13,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from ...cbuild import Built, BuildError, build
+from ...cbuild import Built, BuildError, build, compile_object
 from ...program import Program, internal_errors
 from .codegen import CProgram, CUnsupported, TableLayout, generate
 
@@ -118,15 +118,24 @@ def pipeline_library(program: Program) -> tuple[CProgram, Built]:
             cprog = c_program(program)
         except CUnsupported as err:
             raise CBackendUnavailable(f"{err}") from None
-        sources = {"program.c": cprog.source, **_runtime(RUNTIME_HEADERS + RUNTIME_SOURCES)}
+        sources = {"program.c": cprog.source, **_runtime(RUNTIME_HEADERS)}
         try:
-            built = build("p4sim-pipeline", sources, CDEF, flags=LINK_FLAGS, include_dirs=(INCLUDE,), ffi=shared_ffi())
+            built = build("p4sim-pipeline", sources, CDEF, flags=LINK_FLAGS, include_dirs=(INCLUDE,), ffi=shared_ffi(),
+                          objects=runtime_objects())
         except BuildError as err:
             if err.details:
                 log.debug("C compiler output for %s:\n%s", program.source_file, err.details)
             raise CBackendUnavailable(str(err)) from None
         program.artifacts[key] = (cprog, built)
     return program.artifacts[key]
+
+
+def runtime_objects() -> tuple[Path, ...]:
+    """The runtime's C files, compiled once (cached) and linked into every program's object."""
+    headers = _runtime(RUNTIME_HEADERS)
+    return tuple(compile_object(f"p4sim-{Path(name).stem}", {name: (RUNTIME / name).read_text(), **headers},
+                                include_dirs=(INCLUDE,))
+                 for name in RUNTIME_SOURCES)
 
 
 _CORE: Built | None = None

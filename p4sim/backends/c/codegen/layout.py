@@ -7,6 +7,7 @@ a varbit field is its bytes `f` and its length in bits `f__n`. A stack is `{e[N]
 """
 from __future__ import annotations
 
+from ....frontend import ast
 from ....frontend.types import BitType, StackType, StructType, TupleType, Type, VarbitType, field_width
 from .common import CodeGen, cid, composite, mask, stack_name, struct_name, stype, unsupported, vtype
 
@@ -81,11 +82,14 @@ class LayoutGen(CodeGen):
             return
         self.made.add(name)
         members = ["uint8_t _v;"] if t.kind == "header" else []
+        decl = next((d for d in self.cp.program.declarations
+                     if isinstance(d, ast.HeaderDecl) and d.name == t.name), None)
+        fields = {f.name: f for f in decl.fields} if decl is not None else {}
         for f, ft in t.fields.items():
             if isinstance(ft, VarbitType):
                 members += [f"uint8_t {cid(f)}[{(ft.max_width + 7) // 8}];", f"uint32_t {cid(f)}__n;"]
             else:
-                members.append(f"{self.ctype(ft, t)} {cid(f)};")
+                members.append(f"{self.ctype(ft, fields.get(f, self.where))} {cid(f)};")
         if not members:
             members = ["uint8_t _unused;"]          # C has no empty structs
         self.types.append(f"typedef struct {name} {{\n    " + "\n    ".join(members) + f"\n}} {name};")
