@@ -12,6 +12,7 @@ import functools
 import hashlib
 import logging
 import os
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -23,6 +24,7 @@ log = logging.getLogger(__name__)
 
 CC_ENV = "CC"                          # the compiler, as make takes it (default: cc, then gcc)
 CACHE_ENV = "P4SIM_CACHE"              # where objects are kept (default: $XDG_CACHE_HOME/p4sim)
+CFLAGS_ENV = "P4SIM_CFLAGS"            # more flags for every build (e.g. -fsanitize=undefined to check the C)
 BASE_FLAGS = ("-O2", "-shared", "-fPIC", "-std=gnu11", "-Wall", "-Wno-unused", "-Wno-unused-parameter",
               "-pthread")
 
@@ -69,6 +71,7 @@ def build(name: str, sources: dict[str, str], cdef: str, flags: tuple[str, ...] 
     another FFI's types). Raises BuildError with the compiler's message."""
     import cffi
     cc = _compiler_or_fail()
+    flags = flags + _extra_flags()
     key = _key(cc, sources, cdef, flags + tuple(p.name for p in objects), include_dirs)
     target, made = _cached(f"{name}-{key}.so", lambda out: _compile(cc, sources, flags, include_dirs, out, objects))
     cached = not made
@@ -89,8 +92,13 @@ def compile_object(name: str, sources: dict[str, str], flags: tuple[str, ...] = 
     position-independent object, to link into many shared objects without compiling it
     again for each (p4sim's C runtime, into every program's object)."""
     cc = _compiler_or_fail()
+    flags = flags + _extra_flags()
     key = _key(cc, sources, "", flags, include_dirs)
     return _cached(f"{name}-{key}.o", lambda out: _compile(cc, sources, ("-c",) + flags, include_dirs, out))[0]
+
+
+def _extra_flags() -> tuple[str, ...]:
+    return tuple(shlex.split(os.environ.get(CFLAGS_ENV, "")))
 
 
 def _compiler_or_fail() -> str:

@@ -237,8 +237,10 @@ class CSwitch:
         fallback = self._fallback
         if fallback is not None:
             return fallback.process(port, data)
-        with self._digest_lock:
-            with self.lock.rlock:
+        # The switch's lock first, as every holder of both takes them (the digest thread
+        # takes only the digest lock, and calls on_digest with neither).
+        with self.lock.rlock:
+            with self._digest_lock:
                 pipeline = self._pipeline
                 if pipeline is None or self._closed:
                     self._idle["rx"] += 1
@@ -258,7 +260,7 @@ class CSwitch:
                         out.append((f.port, blob[f.offset:f.offset + f.len]))
                 if self._core.stats[4] != errors:
                     self._log_error(pipeline, port)
-            records = self._take_digests()
+                records = self._take_digests()
         self._deliver_records(records)
         return out
 

@@ -75,9 +75,11 @@ uint32_t p4s_digest_take(p4s_core *c, uint8_t *out, uint32_t cap) {
         if (n + size > cap) break;
         n += size;
     }
-    memcpy(out, c->dbuf, n);
-    memmove(c->dbuf, c->dbuf + n, c->dused - n);
-    c->dused -= n;
+    if (n) {
+        memcpy(out, c->dbuf, n);
+        memmove(c->dbuf, c->dbuf + n, c->dused - n);
+        c->dused -= n;
+    }
     pthread_mutex_unlock(&c->dmu);
     return n;
 }
