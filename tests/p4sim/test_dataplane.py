@@ -1,7 +1,8 @@
-"""The raw-socket data plane: `-i` parsing, and a frame sent through packet_io.p4 between two
-veth pairs whose far ends live in a network namespace (root), with BMv2-named pcaps, both
-in process and through `python -m p4sim -i ...` programmed by p4runtime-shell; and the slow
-target's rate, queue drops and latency, measured on a burst through the same veths.
+"""The raw-socket data plane, both packet loops (the Python one and the C one, with the
+pipeline in Python): `-i` parsing, and a frame sent through packet_io.p4 between two veth pairs
+whose far ends live in a network namespace (root), with BMv2-named pcaps, both in process and
+through `python -m p4sim -i ...` programmed by p4runtime-shell; and the slow target's rate,
+queue drops and latency, measured on a burst through the same veths.
 """
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ from scapy.layers.l2 import Ether
 from scapy.utils import rdpcap
 
 from p4sim import Switch, compile_file
-from p4sim.dataplane import Dataplane, SlowMode, parse_interface
+from p4sim.dataplane import CDataplane, Dataplane, SlowMode, parse_interface
+from p4sim.dataplane.traffic import veth_lab
 from p4sim.p4info import build_p4info, to_text
 from p4sim.state import TableEntry
 from tests.conftest import process_tag
@@ -40,48 +42,21 @@ def test_parse_interface_rejects_other_forms(spec):
         parse_interface(spec)
 
 
-def sh(*cmd: str) -> None:
-    subprocess.run(cmd, check=True, capture_output=True)
-
-
 @pytest.fixture
 def veths():
-    """Switch-side interfaces (a, b) in this namespace; their peers in namespace `ns`."""
-    tag = process_tag()       # the leak check looks for names with it
-    ns, a, b = f"p4simdp{tag}", f"p4sa{tag}", f"p4sb{tag}"
-    sh("ip", "netns", "add", ns)
-    try:
-        for side in (a, b):
-            sh("ip", "link", "add", side, "type", "veth", "peer", "name", f"{side}p")
-            sh("ip", "link", "set", f"{side}p", "netns", ns)
-            # No IPv6 chatter: the only frames on these links are the test's.
-            sh("sysctl", "-q", f"net.ipv6.conf.{side}.disable_ipv6=1")
-            sh("ip", "netns", "exec", ns, "sysctl", "-q", f"net.ipv6.conf.{side}p.disable_ipv6=1")
-            sh("ip", "-n", ns, "link", "set", f"{side}p", "up")
-        yield ns, a, b       # a and b stay down: the data plane must bring them up
-    finally:
-        subprocess.run(["ip", "netns", "del", ns], capture_output=True)   # removes both veth pairs
-        for side in (a, b):
-            subprocess.run(["ip", "link", "del", side], capture_output=True)
+    """Switch-side interfaces (a, b) in this namespace, still down (the data plane must bring
+    them up); their peers in namespace `ns`."""
+    with veth_lab(process_tag()) as lab:       # the leak check looks for names with the tag
+        yield lab
 
 
-LINK_WAIT_S = 30.0
+# Both packet loops take the same arguments and run the same on_packet.
+LOOPS = {"python": Dataplane, "c": CDataplane}
 
 
-def wait_until_links_pass(ns: str, a: str, b: str) -> None:
-    """Block until both veth pairs carry frames. Once the data plane brings a and b up, their
-    peers' carrier comes on, but the kernel's linkwatch work (late on a busy machine) still has
-    to replace the peers' "noop" qdisc, which drops what they send, before a frame gets through."""
-    deadline = time.monotonic() + LINK_WAIT_S
-    while True:
-        shown = [subprocess.run(["ip", *where, "-o", "link", "show", "dev", iface],
-                                capture_output=True, text=True).stdout
-                 for where, iface in (((), a), ((), b), (("-n", ns), f"{a}p"), (("-n", ns), f"{b}p"))]
-        if all("state UP" in s and "qdisc noop" not in s for s in shown):
-            return
-        if time.monotonic() > deadline:
-            pytest.fail(f"veths not passing frames after {LINK_WAIT_S:g} s: {shown}")
-        time.sleep(0.05)
+@pytest.fixture(params=list(LOOPS))
+def loop(request):
+    return LOOPS[request.param]
 
 
 # Runs inside the namespace: send FRAME into port 1's peer, print what port 2's peer receives.
@@ -99,12 +74,12 @@ while True:
 
 
 @pytest.mark.mininet
-def test_frame_crosses_the_switch_between_veths_and_is_captured(veths, tmp_path):
-    ns, a, b = veths
+def test_frame_crosses_the_switch_between_veths_and_is_captured(veths, loop, tmp_path):
+    ns, (a, b) = veths.netns, veths.switch
     switch = Switch(compile_file(str(PROGRAM)))
     switch.state.tables["MyIngress.dmac"].insert(
         TableEntry((("exact", 0x000000000002),), "MyIngress.set_egress_port", (2,)))
-    dataplane = Dataplane({1: a, 2: b}, str(tmp_path / "pcap"))
+    dataplane = loop({1: a, 2: b}, str(tmp_path / "pcap"))
     received: list[tuple[int, bytes]] = []
     stop = threading.Event()
 
@@ -116,7 +91,7 @@ def test_frame_crosses_the_switch_between_veths_and_is_captured(veths, tmp_path)
     loop = threading.Thread(target=dataplane.run, args=(on_packet, stop))
     loop.start()
     try:
-        wait_until_links_pass(ns, a, b)
+        veths.wait_until_links_pass()
         peer = subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c", PEER,
                                f"{a}p", f"{b}p", FRAME.hex()], capture_output=True, text=True, timeout=60)
     finally:
@@ -141,7 +116,7 @@ def free_port() -> int:
 def test_switch_process_forwards_between_veths_once_the_controller_installs_an_entry(veths, tmp_path,
                                                                                     p4runtime_shell):
     shell = p4runtime_shell
-    ns, a, b = veths
+    ns, (a, b) = veths.netns, veths.switch
     program = compile_file(str(PROGRAM))
     p4info_path, config_path = tmp_path / "packet_io.p4info.txt", tmp_path / "packet_io.json"
     p4info_path.write_text(to_text(build_p4info(program.info)))
@@ -162,7 +137,7 @@ def test_switch_process_forwards_between_veths_once_the_controller_installs_an_e
             te.insert()
         finally:
             shell.teardown()
-        wait_until_links_pass(ns, a, b)
+        veths.wait_until_links_pass()
         peer = subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c", PEER,
                                f"{a}p", f"{b}p", FRAME.hex()], capture_output=True, text=True, timeout=60)
         assert peer.returncode == 0, peer.stderr
@@ -207,15 +182,15 @@ print(json.dumps({"sent": sent, "got": got}))
 
 
 @pytest.mark.mininet
-def test_slow_target_serves_at_its_rate_after_its_latency_and_drops_beyond_its_queue(veths):
-    ns, a, b = veths
+def test_slow_target_serves_at_its_rate_after_its_latency_and_drops_beyond_its_queue(veths, loop):
+    ns, (a, b) = veths.netns, veths.switch
     # Slow enough that the data plane takes in the whole burst within a service time or two
     # even when it gets a tenth of a core.
     slow = SlowMode(pps=20, queue_depth=20, latency_s=0.05)
     switch = Switch(compile_file(str(PROGRAM)))
     switch.state.tables["MyIngress.dmac"].insert(
         TableEntry((("exact", 0x000000000002),), "MyIngress.set_egress_port", (2,)))
-    dataplane = Dataplane({1: a, 2: b}, slow=slow)
+    dataplane = loop({1: a, 2: b}, slow=slow)
     stop = threading.Event()
 
     def on_packet(port: int, data: bytes) -> None:
@@ -225,7 +200,7 @@ def test_slow_target_serves_at_its_rate_after_its_latency_and_drops_beyond_its_q
     loop = threading.Thread(target=dataplane.run, args=(on_packet, stop))
     loop.start()
     try:
-        wait_until_links_pass(ns, a, b)
+        veths.wait_until_links_pass()
         peer = subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c", BURST_PEER, f"{a}p", f"{b}p", "60"],
                               capture_output=True, text=True, timeout=60)
     finally:
