@@ -43,6 +43,9 @@ def open_port_socket(number: int, iface: str) -> socket.socket:
         # Promiscuous for as long as the socket is open, as BMv2 sets its ports.
         mreq = struct.pack("iHH8s", socket.if_nametoindex(iface), PACKET_MR_PROMISC, 0, b"")
         sock.setsockopt(SOL_PACKET, PACKET_ADD_MEMBERSHIP, mreq)
+        # Bound while the interface was down, the socket holds an error (ENETDOWN) that its
+        # first read would report: taking it here clears it.
+        sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
     except OSError as err:
         sock.close()
         raise DataplaneError(f"cannot use interface {iface!r} for port {number}: {err.strerror or err}") from None

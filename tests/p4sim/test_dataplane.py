@@ -7,6 +7,7 @@ queue drops and latency, measured on a burst through the same veths.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import socket
@@ -22,8 +23,8 @@ from scapy.layers.l2 import Ether
 from scapy.utils import rdpcap
 
 from p4sim import Switch, compile_file
-from p4sim.dataplane import CDataplane, Dataplane, SlowMode, parse_interface
-from p4sim.dataplane.traffic import veth_lab
+from p4sim.dataplane import CDataplane, Dataplane, SlowMode, SlowStats, parse_interface
+from p4sim.dataplane.traffic import TrafficSocket, blast, veth_lab
 from p4sim.p4info import build_p4info, to_text
 from p4sim.state import TableEntry
 from tests.conftest import process_tag
@@ -224,3 +225,35 @@ def test_slow_target_serves_at_its_rate_after_its_latency_and_drops_beyond_its_q
 def test_slow_mode_rejects_impossible_figures():
     with pytest.raises(ValueError, match="pps > 0, queue >= 1 and latency >= 0, not 0 pps, queue 10"):
         SlowMode(pps=0, queue_depth=10)
+
+
+@pytest.mark.mininet
+def test_slow_target_logs_its_counts_while_they_change_and_when_it_stops(veths, loop, caplog):
+    slow = SlowMode(pps=1000, queue_depth=10)
+    with caplog.at_level(logging.INFO, logger="p4sim.dataplane"):
+        dataplane = loop({1: veths.switch[0], 2: veths.switch[1]}, slow=slow)
+        stop = threading.Event()
+        thread = threading.Thread(target=dataplane.run, args=(lambda port, data: None, stop))
+        thread.start()
+        try:
+            veths.wait_until_links_pass()
+            with TrafficSocket(veths.peer[0], veths.netns, receive=False) as tx, \
+                    TrafficSocket(veths.peer[1], veths.netns) as rx:
+                blast(tx, rx, FRAME + bytes(8), 30, window=30, quiet_s=0.1)     # nothing comes back
+            deadline = time.monotonic() + 30
+            while not settled(dataplane.stats, caplog.messages) and time.monotonic() < deadline:
+                time.sleep(0.05)
+        finally:
+            stop.set()
+            thread.join()
+            dataplane.close()
+    lines = [m for m in caplog.messages if m.startswith("slow target: ")]
+    stats = dataplane.stats
+    # Logged while running once the counts changed, and again when it stopped.
+    assert lines[-2] == lines[-1] == str(stats)
+    assert stats.received >= 30 and stats.queue_drops >= stats.received - slow.queue_depth - 1
+
+
+def settled(stats: SlowStats, messages: list[str]) -> bool:
+    """The burst was taken in, nothing waits any more, and those counts were logged."""
+    return stats.received >= 30 and stats.served + stats.queue_drops == stats.received and str(stats) in messages
