@@ -222,6 +222,70 @@ int tg_blast(tg_sock *tx, tg_sock *rx, const uint8_t *frame, uint32_t len, const
     return rc;
 }
 
+/* Replay `n` prepared frames (frame i: lens[i] bytes at offsets[i] in `data`, sent on tx[via[i]])
+ * in chunks of at most `chunk`, each chunk's frames grouped by socket (in order per socket), at
+ * most `window` frames ahead of the frames received on any of the `nrx` sockets `rx`. Ends when
+ * `expected` frames came back, or when nothing arrived for quiet_ms. Returns 0 or -errno. */
+int tg_replay(tg_sock **tx, uint32_t ntx, tg_sock **rx, uint32_t nrx, const uint8_t *data, const uint64_t *offsets,
+              const uint32_t *lens, const uint8_t *via, uint64_t n, uint64_t expected, uint32_t chunk,
+              uint32_t window, int quiet_ms, tg_result *r) {
+    memset(r, 0, sizeof *r);
+    if (chunk == 0 || chunk > BATCH || chunk > window || nrx == 0) return -EINVAL;
+    struct mmsghdr msgs[BATCH];
+    struct iovec iov[BATCH];
+    struct pollfd *fds = calloc(nrx, sizeof *fds);
+    if (fds == NULL) return -ENOMEM;
+    for (uint32_t k = 0; k < nrx; k++) {
+        fds[k].fd = rx[k]->fd;
+        fds[k].events = POLLIN;
+    }
+    int rc = 0;
+    r->first_sent_ns = now_ns();
+    while (r->received < expected) {
+        if (r->sent < n && r->sent - r->received + chunk <= window) {
+            uint64_t end = r->sent + chunk < n ? r->sent + chunk : n;
+            for (uint32_t s = 0; s < ntx && rc == 0; s++) {
+                unsigned m = 0;
+                for (uint64_t i = r->sent; i < end; i++) {
+                    if (via[i] != s) continue;
+                    iov[m].iov_base = (void *)(data + offsets[i]);
+                    iov[m].iov_len = lens[i];
+                    memset(&msgs[m], 0, sizeof msgs[m]);
+                    msgs[m].msg_hdr.msg_iov = &iov[m];
+                    msgs[m].msg_hdr.msg_iovlen = 1;
+                    m++;
+                }
+                for (unsigned done = 0; done < m;) {
+                    int sent = sendmmsg(tx[s]->fd, msgs + done, m - done, 0);
+                    if (sent < 0 && errno != EINTR) {
+                        rc = -errno;
+                        break;
+                    }
+                    if (sent > 0) done += (unsigned)sent;
+                }
+            }
+            if (rc) break;
+            r->sent = end;
+        }
+        int got = 0;
+        for (uint32_t k = 0; k < nrx; k++) {
+            struct tpacket2_hdr *h;
+            while ((h = tg_peek(rx[k])) != NULL) {
+                tg_release(rx[k], h);
+                got++;
+            }
+        }
+        r->received += (uint64_t)got;
+        if (got) {
+            r->last_received_ns = now_ns();
+        } else if ((r->sent == n || r->sent - r->received + chunk > window) && poll(fds, nrx, quiet_ms) == 0) {
+            break;          /* the rest were lost */
+        }
+    }
+    free(fds);
+    return rc;
+}
+
 /* Round trips of one frame at a time: send `frame` (sequence number i stamped at seq_offset) on
  * `tx` and wait for the frame with that number on `rx`, `count` times; samples_ns[i] is the i-th
  * round trip. Returns how many completed (fewer: one timed out after timeout_ms), or -errno. */

@@ -27,6 +27,9 @@ void tg_close(tg_sock *s);
 int tg_recv(tg_sock *s, char *buf, uint32_t cap, int timeout_ms);
 int tg_blast(tg_sock *tx, tg_sock *rx, const char *frame, uint32_t len, const char *expect, uint32_t expect_len,
              uint32_t seq_offset, uint64_t count, uint32_t window, int quiet_ms, tg_result *r);
+int tg_replay(tg_sock **tx, uint32_t ntx, tg_sock **rx, uint32_t nrx, const char *data, const uint64_t *offsets,
+              const uint32_t *lens, const uint8_t *via, uint64_t n, uint64_t expected, uint32_t chunk,
+              uint32_t window, int quiet_ms, tg_result *r);
 int tg_rtt(tg_sock *tx, tg_sock *rx, const char *frame, uint32_t len, uint32_t seq_offset, uint32_t count,
            int timeout_ms, int64_t *samples_ns);
 typedef struct stub_pipeline {
@@ -129,6 +132,32 @@ def blast(tx: TrafficSocket, rx: TrafficSocket, frame: bytes, count: int, expect
                             int(quiet_s * 1000), r)
     if rc < 0:
         raise OSError(-rc, f"traffic failed: {os.strerror(-rc)}")
+    seconds = (r.last_received_ns - r.first_sent_ns) / 1e9 if r.received else 0.0
+    return Blast(r.sent, r.received, r.mismatched, r.reordered, seconds)
+
+
+def replay(tx: list[TrafficSocket], rx: list[TrafficSocket], frames: list[tuple[int, bytes]], expected: int,
+           chunk: int = 32, window: int = 64, quiet_s: float = 1.0) -> Blast:
+    """Send `frames` ((index into tx, bytes), in order per socket; a chunk of up to `chunk` is
+    sent socket by socket) at most `window` ahead of what comes back on any of `rx`, until
+    `expected` frames came back. Counts only: `mismatched` and `reordered` are 0."""
+    built = library()
+    ffi = built.ffi
+    data = b"".join(f for _, f in frames)
+    offsets = ffi.new("uint64_t[]", len(frames))
+    lens = ffi.new("uint32_t[]", [len(f) for _, f in frames])
+    via = ffi.new("uint8_t[]", [i for i, _ in frames])
+    at = 0
+    for i, (_, f) in enumerate(frames):
+        offsets[i] = at
+        at += len(f)
+    tx_handles = ffi.new("tg_sock *[]", [s.handle for s in tx])
+    rx_handles = ffi.new("tg_sock *[]", [s.handle for s in rx])
+    r = ffi.new("tg_result *")
+    rc = built.lib.tg_replay(tx_handles, len(tx), rx_handles, len(rx), data, offsets, lens, via, len(frames), expected,
+                             chunk, window, int(quiet_s * 1000), r)
+    if rc < 0:
+        raise OSError(-rc, f"replay failed: {os.strerror(-rc)}")
     seconds = (r.last_received_ns - r.first_sent_ns) / 1e9 if r.received else 0.0
     return Blast(r.sent, r.received, r.mismatched, r.reordered, seconds)
 
