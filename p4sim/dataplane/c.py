@@ -30,7 +30,7 @@ typedef struct dp_item { struct dp_item *next; int64_t t; int32_t kind; uint32_t
                          uint8_t data[]; } dp_item;
 typedef struct dp_stats {
     uint64_t received, served, queue_drops, max_queued;
-    uint64_t rx, tx, no_port, oversized, send_errors, receive_errors, packet_ins, up_drops;
+    uint64_t rx, tx, no_port, oversized, send_errors, receive_errors, packet_ins, up_drops, ring_drops;
 } dp_stats;
 p4sim_dataplane *dp_new(int64_t cpu_port, int debug, double slow_pps, uint32_t slow_queue, double slow_latency_s);
 int dp_add_port(p4sim_dataplane *dp, uint32_t number, int fd, const char *iface, const char *pcap_in,
@@ -46,7 +46,8 @@ void dp_free(p4sim_dataplane *dp);
 """
 UP_RX, UP_CPU, UP_LOG = 1, 2, 3      # dp_item.kind
 SLOW_COUNTS = ("received", "served", "queue_drops", "max_queued")
-COUNTERS = ("rx", "tx", "no_port", "oversized", "send_errors", "receive_errors", "packet_ins", "up_drops")
+COUNTERS = ("rx", "tx", "no_port", "oversized", "send_errors", "receive_errors", "packet_ins", "up_drops",
+            "ring_drops")
 
 
 @functools.cache
@@ -125,7 +126,8 @@ class CDataplane:
     @property
     def counters(self) -> dict[str, int]:
         """Frames received, sent, dropped for a port without an interface, too big to receive,
-        failed sends and receives, PacketIns, and frames dropped because Python fell behind."""
+        failed sends and receives, PacketIns, dropped because Python fell behind, and dropped by
+        the kernel because a port's receive ring was full."""
         counts = self._counts()
         return {name: counts[name] for name in COUNTERS}
 

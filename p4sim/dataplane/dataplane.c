@@ -41,7 +41,8 @@
 #define RING_BLOCK (128 << 10)
 #define RING_BLOCKS 32
 #define RCVBUF_BYTES (8 << 20)
-#define UP_MAX_FRAMES 65536        /* frames waiting for Python; more are dropped and counted */
+#define UP_MAX_FRAMES 65536        /* frames waiting for Python (and their bytes, at most UP_MAX_BYTES); */
+#define UP_MAX_BYTES (64 << 20)    /* more are dropped and counted */
 #define UP_MAX_LOGS 1024           /* log lines waiting for Python; more are dropped */
 #define MAX_LAG_SERVICES 4         /* as the Python slow target: a late wake-up is made up, a stall is not */
 #define NS 1000000000LL
@@ -70,7 +71,7 @@ typedef struct dp_fifo {
 
 typedef struct dp_stats {
     uint64_t received, served, queue_drops, max_queued;   /* the slow target's */
-    uint64_t rx, tx, no_port, oversized, send_errors, receive_errors, packet_ins, up_drops;
+    uint64_t rx, tx, no_port, oversized, send_errors, receive_errors, packet_ins, up_drops, ring_drops;
 } dp_stats;
 
 typedef struct dp_port {
@@ -119,10 +120,12 @@ typedef struct p4sim_dataplane {
     pthread_cond_t up_cond;
     dp_fifo up;
     uint32_t up_frames, up_logs;
+    uint64_t up_bytes;
 
     struct {
         atomic_uint_fast64_t received, served, queue_drops, max_queued;
         atomic_uint_fast64_t rx, tx, no_port, oversized, send_errors, receive_errors, packet_ins, up_drops;
+        atomic_uint_fast64_t ring_drops;
     } st;
 } p4sim_dataplane;
 
@@ -179,12 +182,18 @@ static void wake(p4sim_dataplane *dp) {
 static int up_push(p4sim_dataplane *dp, dp_item *it) {
     pthread_mutex_lock(&dp->up_lock);
     int is_log = it->kind == DP_UP_LOG;
-    if (is_log ? dp->up_logs >= UP_MAX_LOGS : dp->up_frames >= UP_MAX_FRAMES) {
+    if (is_log ? dp->up_logs >= UP_MAX_LOGS
+               : dp->up_frames >= UP_MAX_FRAMES || dp->up_bytes + it->len > UP_MAX_BYTES) {
         pthread_mutex_unlock(&dp->up_lock);
         free(it);
         return 0;
     }
-    if (is_log) dp->up_logs++; else dp->up_frames++;
+    if (is_log) {
+        dp->up_logs++;
+    } else {
+        dp->up_frames++;
+        dp->up_bytes += it->len;
+    }
     fifo_push(&dp->up, it);
     pthread_cond_signal(&dp->up_cond);
     pthread_mutex_unlock(&dp->up_lock);
@@ -687,7 +696,12 @@ dp_item *dp_next(p4sim_dataplane *dp, int timeout_ms) {
     for (;;) {
         int stopped = atomic_load(&dp->stop);
         while ((it = fifo_pop(&dp->up)) != NULL) {
-            if (it->kind == DP_UP_LOG) dp->up_logs--; else dp->up_frames--;
+            if (it->kind == DP_UP_LOG) {
+                dp->up_logs--;
+            } else {
+                dp->up_frames--;
+                dp->up_bytes -= it->len;
+            }
             if (!stopped || it->kind == DP_UP_LOG) break;
             free(it);
         }
@@ -701,10 +715,16 @@ dp_item *dp_next(p4sim_dataplane *dp, int timeout_ms) {
 void dp_item_free(dp_item *it) { free(it); }
 
 void dp_get_stats(p4sim_dataplane *dp, dp_stats *s) {
+    for (unsigned i = 0; i < dp->nports; i++) {     /* the kernel's counts restart at each read */
+        struct tpacket_stats ps;
+        socklen_t size = sizeof ps;
+        if (getsockopt(dp->ports[i].fd, SOL_PACKET, PACKET_STATISTICS, &ps, &size) == 0)
+            COUNT(dp, ring_drops, ps.tp_drops);
+    }
 #define LOAD(f) s->f = atomic_load_explicit(&dp->st.f, memory_order_relaxed)
     LOAD(received); LOAD(served); LOAD(queue_drops); LOAD(max_queued);
     LOAD(rx); LOAD(tx); LOAD(no_port); LOAD(oversized); LOAD(send_errors); LOAD(receive_errors);
-    LOAD(packet_ins); LOAD(up_drops);
+    LOAD(packet_ins); LOAD(up_drops); LOAD(ring_drops);
 #undef LOAD
 }
 

@@ -97,6 +97,32 @@ def test_a_burst_as_big_as_the_receive_ring_is_forwarded_without_loss(lab):
     with running(dataplane), peers(lab, 1, 2) as (tx, rx):
         result = blast(tx, rx, frame(), 2000, window=2000)
     assert (result.received, result.mismatched, result.reordered) == (2000, 0, 0)
+    assert dataplane.counters["ring_drops"] == 0
+
+
+RING_SLOTS = 2048           # dataplane.c's receive ring per port
+
+
+def test_a_burst_beyond_the_receive_ring_loses_only_the_excess_and_counts_it(lab):
+    # The loop starts only once the burst has filled port 1's ring: it holds the first
+    # RING_SLOTS frames, the kernel drops (and counts) the rest.
+    stub = StubPipeline({1: 2})
+    dataplane = switch_between(lab)
+    dataplane.set_pipeline(stub.pipeline)
+    results = []
+    lab.wait_until_links_pass()       # the data plane brought its sides up when it opened them
+    with TrafficSocket(lab.peer[0], lab.netns, receive=False) as tx, TrafficSocket(lab.peer[1], lab.netns) as rx:
+        burst = threading.Thread(target=lambda: results.append(blast(tx, rx, frame(), 3000, window=3000,
+                                                                     quiet_s=5)))
+        burst.start()
+        try:
+            wait_for(lambda: dataplane.counters["ring_drops"] == 3000 - RING_SLOTS)
+            with running(dataplane):
+                burst.join()
+        finally:
+            burst.join()
+    assert (results[0].received, results[0].mismatched, results[0].reordered) == (RING_SLOTS, 0, 0)
+    assert dataplane.counters["rx"] == RING_SLOTS and dataplane.counters["ring_drops"] == 3000 - RING_SLOTS
 
 
 def test_jumbo_frames_pass_whole_and_runt_frames_reach_the_pipeline(jumbo_lab):
