@@ -12,19 +12,37 @@ from bench import dataplane
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.mininet
-def test_dataplane_bench_forwards_every_frame_on_both_backends(tmp_path):
+def run_bench(tmp_path: Path, *args: str) -> dict:
     out = tmp_path / "dataplane.json"
-    assert dataplane.main(["--frames", "3000", "--python-frames", "500", "--rtt", "50", "-o", str(out)]) == 0
+    assert dataplane.main(["--frames", "3000", "--python-frames", "500", "--rtt", "50", *args, "-o", str(out)]) == 0
     report = json.loads(out.read_text())
     assert report["ceiling"]["received"] == report["ceiling"]["frames"] == 3000
-    runs = {(r["workload"], r["backend"]): r for r in report["results"]}
-    assert set(runs) == {("forward", "c"), ("forward", "python")}
-    for (_, backend), r in runs.items():
+    return {(r["workload"], r["backend"]): r for r in report["results"]}
+
+
+def check_runs(runs: dict) -> None:
+    for (workload, backend), r in runs.items():
         assert r["frames"] == r["received"] == (3000 if backend == "c" else 500)
         assert r["lost"] == r["mismatched"] == r["reordered"] == 0
         assert r["packets_per_s"] > 0 and r["switch_cpu_ns_per_packet"] > 0
-        assert r["rtt_us"]["samples"] == 50 and 0 < r["rtt_us"]["median"] <= r["rtt_us"]["p99"]
+        if workload == "allreduce":     # a round needs all four workers: no one-frame round trip
+            assert r["rtt_us"]["samples"] == 0
+        else:
+            assert r["rtt_us"]["samples"] == 50 and 0 < r["rtt_us"]["median"] <= r["rtt_us"]["p99"]
+
+
+@pytest.mark.mininet
+def test_dataplane_bench_forwards_every_frame_on_both_backends(tmp_path):
+    runs = run_bench(tmp_path, "--workload", "forward")
+    assert set(runs) == {("forward", "c"), ("forward", "python")}
+    check_runs(runs)
+
+
+@pytest.mark.mininet
+def test_dataplane_bench_routes_and_aggregates_every_frame(tmp_path):
+    runs = run_bench(tmp_path, "--workload", "ipv4_router", "--workload", "allreduce", "--backend", "python")
+    assert set(runs) == {("ipv4_router", "python"), ("allreduce", "python")}
+    check_runs(runs)
 
 
 @pytest.mark.parametrize("args", [["--frames", "0"], ["--backend", "java"]])
