@@ -6,9 +6,9 @@ queue drops and latency, measured on a burst through the same veths.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
-import os
 import signal
 import socket
 import subprocess
@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Iterator
 
 import grpc
 import pytest
@@ -113,18 +114,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.mininet
-def test_switch_process_forwards_between_veths_once_the_controller_installs_an_entry(veths, tmp_path,
-                                                                                    p4runtime_shell):
-    shell = p4runtime_shell
-    ns, (a, b) = veths.netns, veths.switch
+@contextlib.contextmanager
+def forwarding_switch(shell, veths, tmp_path: Path, backend: str) -> Iterator[subprocess.Popen]:
+    """`python -m p4sim --backend BACKEND --no-p4` on the veths, pushed packet_io.p4 by
+    p4runtime-shell, with an entry that sends dstAddr 00:00:00:00:00:02 out of port 2; pcaps
+    in tmp_path/pcap. Killed on exit if the test did not stop it."""
+    a, b = veths.switch
     program = compile_file(str(PROGRAM))
     p4info_path, config_path = tmp_path / "packet_io.p4info.txt", tmp_path / "packet_io.json"
     p4info_path.write_text(to_text(build_p4info(program.info)))
     config_path.write_bytes(program.device_config())
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "p4sim", "-i", f"1@{a}", "-i", f"2@{b}", "--no-p4",
-                             "--pcap", str(tmp_path / "pcap"), "--grpc-server-addr", f"127.0.0.1:{port}",
+    proc = subprocess.Popen([sys.executable, "-m", "p4sim", "--backend", backend, "-i", f"1@{a}", "-i", f"2@{b}",
+                             "--no-p4", "--pcap", str(tmp_path / "pcap"), "--grpc-server-addr", f"127.0.0.1:{port}",
                              "--cpu-port", "255"], stderr=subprocess.PIPE, text=True)
     try:
         with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
@@ -139,6 +141,22 @@ def test_switch_process_forwards_between_veths_once_the_controller_installs_an_e
         finally:
             shell.teardown()
         veths.wait_until_links_pass()
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+BACKENDS = ["python", "c"]
+
+
+@pytest.mark.mininet
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_switch_process_forwards_between_veths_once_the_controller_installs_an_entry(veths, tmp_path, backend,
+                                                                                    p4runtime_shell):
+    ns, (a, b) = veths.netns, veths.switch
+    with forwarding_switch(p4runtime_shell, veths, tmp_path, backend) as proc:
         peer = subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c", PEER,
                                f"{a}p", f"{b}p", FRAME.hex()], capture_output=True, text=True, timeout=60)
         assert peer.returncode == 0, peer.stderr
@@ -147,10 +165,28 @@ def test_switch_process_forwards_between_veths_once_the_controller_installs_an_e
         _, err = proc.communicate(timeout=60)
         assert proc.returncode == 0, err
         assert [bytes(p) for p in rdpcap(str(tmp_path / "pcap" / f"{b}_out.pcap"))] == [FRAME]
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+
+
+@pytest.mark.mininet
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_switch_process_stopped_mid_traffic_exits_cleanly(veths, tmp_path, backend, p4runtime_shell):
+    results = []
+    with forwarding_switch(p4runtime_shell, veths, tmp_path, backend) as proc:
+        with TrafficSocket(veths.peer[0], veths.netns, receive=False) as tx, \
+                TrafficSocket(veths.peer[1], veths.netns) as rx:
+            # Far more frames than it forwards before the stop; the generator ends once the
+            # switch has been quiet for a second.
+            traffic = threading.Thread(target=lambda: results.append(blast(tx, rx, FRAME + bytes(8), 10**8)))
+            traffic.start()
+            try:
+                time.sleep(2.0)
+                proc.send_signal(signal.SIGTERM)
+                _, err = proc.communicate(timeout=60)
+            finally:
+                traffic.join()
+    assert proc.returncode == 0, err
+    assert "p4sim stopped" in err and "Traceback" not in err
+    assert 0 < results[0].received < results[0].sent and results[0].mismatched == 0
 
 
 # Runs inside the namespace: send BURST numbered frames into port 1's peer back to back, then
@@ -257,3 +293,4 @@ def test_slow_target_logs_its_counts_while_they_change_and_when_it_stops(veths, 
 def settled(stats: SlowStats, messages: list[str]) -> bool:
     """The burst was taken in, nothing waits any more, and those counts were logged."""
     return stats.received >= 30 and stats.served + stats.queue_drops == stats.received and str(stats) in messages
+

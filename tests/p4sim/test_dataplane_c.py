@@ -11,7 +11,6 @@ import contextlib
 import logging
 import os
 import threading
-from pathlib import Path
 from typing import Callable, Iterator
 
 import pytest
