@@ -514,6 +514,17 @@ static void receive_batch(p4sim_dataplane *dp, dp_port *p) {
     if (p->pcap_in) fflush(p->pcap_in);
 }
 
+/* Take (and so clear) a port's socket error, as the interface going down sets: else poll
+ * would report it again at once, for ever. */
+static void socket_error(p4sim_dataplane *dp, dp_port *p) {
+    int err = 0;
+    socklen_t size = sizeof err;
+    if (getsockopt(p->fd, SOL_SOCKET, SO_ERROR, &err, &size) == 0 && err != 0) {
+        COUNT(dp, receive_errors, 1);
+        dp_log(dp, DP_WARNING, "receive on %s failed: %s", p->iface, strerror(err));
+    }
+}
+
 /* --- the API Python calls ------------------------------------------------------------- */
 
 p4sim_dataplane *dp_new(int64_t cpu_port, int debug, double slow_pps, uint32_t slow_queue, double slow_latency_s) {
@@ -664,8 +675,10 @@ void dp_run(p4sim_dataplane *dp) {
             ssize_t r = read(dp->wake_fd, &count, sizeof count);
             (void)r;
         }
-        for (unsigned i = 0; i < dp->nports; i++)
-            if (fds[i].revents & (POLLIN | POLLERR)) receive_batch(dp, &dp->ports[i]);
+        for (unsigned i = 0; i < dp->nports; i++) {
+            if (fds[i].revents & POLLERR) socket_error(dp, &dp->ports[i]);
+            if (fds[i].revents & POLLIN) receive_batch(dp, &dp->ports[i]);
+        }
     }
     free(fds);
 }

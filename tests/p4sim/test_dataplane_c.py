@@ -10,7 +10,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import subprocess
 import threading
+from pathlib import Path
 from typing import Callable, Iterator
 
 import pytest
@@ -250,6 +252,29 @@ def test_pipeline_swaps_under_traffic_lose_nothing_and_the_old_one_is_free_once_
     assert swaps > 10
     assert (results[0].received, results[0].mismatched) == (100_000, 0)
     assert first.processed + second.processed == 100_000
+
+
+def thread_cpu_s(name: str) -> float:
+    (thread,) = [t for t in threading.enumerate() if t.name == name]
+    return int(Path(f"/proc/self/task/{thread.native_id}/schedstat").read_text().split()[0]) / 1e9
+
+
+def test_a_port_taken_down_and_up_is_logged_without_spinning_and_forwards_again(lab, caplog):
+    stub = StubPipeline({1: 2})
+    dataplane = switch_between(lab)
+    dataplane.set_pipeline(stub.pipeline)
+    with running(dataplane), peers(lab, 1, 2) as (tx, rx):
+        assert blast(tx, rx, frame(), 100).received == 100
+        subprocess.run(["ip", "link", "set", "dev", lab.switch[0], "down"], check=True)
+        wait_for(lambda: "receive on " + lab.switch[0] + " failed: Network is down" in caplog.messages)
+        before = thread_cpu_s("p4sim-dataplane")
+        threading.Event().wait(0.5)
+        idle = thread_cpu_s("p4sim-dataplane") - before
+        subprocess.run(["ip", "link", "set", "dev", lab.switch[0], "up"], check=True)
+        lab.wait_until_links_pass()
+        assert blast(tx, rx, frame(), 100).received == 100
+    assert idle < 0.05            # the socket's error was taken, not polled again and again
+    assert dataplane.counters["receive_errors"] == 1
 
 
 def open_fds() -> set[str]:
