@@ -162,7 +162,7 @@ def measure_router(lab: VethLab, backend: str, frames: int, rtt: int) -> Run:
     switch = Switch(program, backend=backend)
     in_process.WORKLOADS["ipv4_router"].setup(switch)
     dataplane = open_dataplane(lab, backend, switch)
-    with switch_running(dataplane, pipeline_callback(switch, dataplane)):
+    with closing_switch(switch), switch_running(dataplane, pipeline_callback(switch, dataplane)):
         return forward_run("ipv4_router", backend, lab, ROUTER_FRAME, expect, frames, rtt)
 
 
@@ -176,7 +176,7 @@ def measure_allreduce(lab: VethLab, backend: str, frames: int, rtt: int) -> Run:
     count = frames - frames % PAIRS
     contributions = [(port - 1, data) for port, data in workload.packets(count)]
     dataplane = open_dataplane(lab, backend, switch)
-    with switch_running(dataplane, pipeline_callback(switch, dataplane)):
+    with closing_switch(switch), switch_running(dataplane, pipeline_callback(switch, dataplane)):
         lab.wait_until_links_pass()
         with contextlib.ExitStack() as stack:
             tx = [stack.enter_context(TrafficSocket(peer, lab.netns, receive=False)) for peer in lab.peer]
@@ -221,6 +221,16 @@ def forward_run(workload: str, backend: str, lab: VethLab, frame: bytes, expect:
         cpu = switch_cpu_ns() - before
         rtt_s = round_trips(tx, rx, frame, rtt)
     return Run(workload, backend, result, cpu, rtt_s)
+
+
+@contextlib.contextmanager
+def closing_switch(switch: Any) -> Iterator[None]:
+    """Close a switch that holds a compiled pipeline (after the loop that ran it stopped)."""
+    try:
+        yield
+    finally:
+        if hasattr(switch, "close"):
+            switch.close()
 
 
 @contextlib.contextmanager

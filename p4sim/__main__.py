@@ -184,7 +184,7 @@ def run_switch(args: argparse.Namespace, program: Program | None, interfaces: di
         log.debug("%s", err.details)
         print(f"p4sim: cannot build the C data plane: {err}", file=sys.stderr)
         return 1
-    server = service = thrift = None
+    server = service = thrift = switch = None
     try:
         switch = Switch(program, cpu_port=args.cpu_port, trace=trace, backend=backend)
         service = P4RuntimeService(switch, Program.from_device_config, device_id=args.device_id,
@@ -223,6 +223,8 @@ def run_switch(args: argparse.Namespace, program: Program | None, interfaces: di
         if service is not None:
             service.close()
         dataplane.close()
+        if hasattr(switch, "close"):      # a compiled pipeline, freed once no loop runs it
+            switch.close()
     log.info("p4sim stopped")
     return 0
 
