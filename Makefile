@@ -10,6 +10,10 @@ HOSTS ?= 4
 BUILD_DIR ?= build
 # SLOW=bmv2 (or bmv2-tenth): p4sim serves packets as slowly as BMv2's default build (or a tenth).
 SLOW ?=
+# P4SIM_BACKEND=python (or c): p4sim's backend in every switch and test that make starts
+# (default: c where a C compiler is present, else python).
+P4SIM_BACKEND ?=
+export P4SIM_BACKEND
 RESULTS ?= results
 PYTEST_ARGS ?=
 BENCH_ARGS ?=

@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import Callable
 
 from . import P4Error, Program, Switch, compile_file
-from .dataplane import SLOW_PRESETS, Dataplane, DataplaneError, SlowMode, parse_interface
+from .backends import default_backend
+from .cbuild import BuildError
+from .dataplane import SLOW_PRESETS, CDataplane, Dataplane, DataplaneError, SlowMode, parse_interface
 from .p4info import build_p4info, to_text
 from .runtime.p4runtime import P4RuntimeService, serve
 from .runtime.thrift import DEFAULT_THRIFT_PORT, serve_thrift
@@ -37,6 +39,11 @@ Slow target (p4sim only, off by default): --slow bmv2 serves 8500 packets/s with
 latency and a 1024-packet queue, like BMv2's default build; --slow bmv2-tenth is a tenth of that
 speed. --slow-pps, --slow-queue and --slow-latency-us set or override each figure. Queue drops
 and counts are logged ("slow target: ...") every second and when the switch stops.
+
+Backends: --backend c compiles the program to C and moves packets in C (batched, no GIL);
+--backend python runs today's generated Python and packet loop. The default is c where a C
+compiler is present (else python, and a log line says why); P4SIM_BACKEND sets it too.
+A program the C backend cannot compile yet runs on the Python pipeline (a log line says so).
 
 Subcommand: python -m p4sim compile PROG.p4 -o DIR  (see `python -m p4sim compile --help`)
 """
@@ -74,6 +81,9 @@ def switch_parser() -> argparse.ArgumentParser:
                    help="log level (default info; trace also turns on packet tracing)")
     p.add_argument("-I", "--include", action="append", default=[], metavar="DIR",
                    help="extra include directory for a .p4 program")
+    p.add_argument("--backend", choices=("c", "python"),
+                   help="c: compiled pipeline and C packet loop; python: generated Python and the Python "
+                        "loop (default: c where a C compiler is present, else python; or $P4SIM_BACKEND)")
     p.add_argument("--thrift-port", type=_number(0, 65535, "port"), nargs="?", const=DEFAULT_THRIFT_PORT, metavar="PORT",
                    help="also serve BMv2's Thrift runtime (simple_switch_CLI) on 127.0.0.1:PORT "
                         f"(default {DEFAULT_THRIFT_PORT}); off unless given")
@@ -190,13 +200,19 @@ def run_switch(args: argparse.Namespace, program: Program | None, interfaces: di
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     try:
-        dataplane = Dataplane(interfaces, args.pcap, args.slow_mode)
-    except DataplaneError as err:
+        backend = args.backend or default_backend()
+        dataplane = (CDataplane(interfaces, args.pcap, args.slow_mode, args.cpu_port) if backend == "c"
+                     else Dataplane(interfaces, args.pcap, args.slow_mode))
+    except (DataplaneError, ValueError) as err:
         print(f"p4sim: {err}", file=sys.stderr)
         return 1
-    server = service = thrift = None
+    except BuildError as err:
+        log.debug("%s", err.details)
+        print(f"p4sim: cannot build the C data plane: {err}", file=sys.stderr)
+        return 1
+    server = service = thrift = switch = None
     try:
-        switch = Switch(program, cpu_port=args.cpu_port, trace=trace)
+        switch = Switch(program, cpu_port=args.cpu_port, trace=trace, backend=backend)
         service = P4RuntimeService(switch, Program.from_device_config, device_id=args.device_id,
                                    cpu_port=args.cpu_port, transmit=dataplane.transmit,
                                    program=program)
@@ -214,7 +230,11 @@ def run_switch(args: argparse.Namespace, program: Program | None, interfaces: di
         def on_packet(port_number: int, data: bytes) -> None:
             service.handle_outputs(switch.process(port_number, data))
 
-        dataplane.run(on_packet, stop)
+        if isinstance(dataplane, CDataplane):
+            dataplane.follow(switch)
+            dataplane.run(on_packet, stop, packet_in=service.packet_in)
+        else:
+            dataplane.run(on_packet, stop)
     except P4Error as err:      # the traced variant is compiled when the switch loads it
         print(err, file=sys.stderr)
         return 1
@@ -229,6 +249,8 @@ def run_switch(args: argparse.Namespace, program: Program | None, interfaces: di
         if service is not None:
             service.close()
         dataplane.close()
+        if hasattr(switch, "close"):      # a compiled pipeline, freed once no loop runs it
+            switch.close()
     log.info("p4sim stopped")
     return 0
 

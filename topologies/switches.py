@@ -5,6 +5,7 @@ Both start with no pipeline (`--no-p4`); the controller pushes it over P4Runtime
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import socket
 import subprocess
@@ -16,6 +17,7 @@ from typing import IO
 
 from mininet.node import Switch
 
+from p4sim.backends import ENV_VAR as BACKEND_ENV
 from topologies.nodes import BoundedShell
 from topologies.procs import Recorded, end_child, record
 from topologies.spec import CPU_PORT
@@ -54,10 +56,13 @@ class TargetArgs:
 
 
 def p4sim_command(args: TargetArgs) -> list[str]:
-    """`python -m p4sim` takes simple_switch_grpc's flags, target options inline."""
+    """`python -m p4sim` takes simple_switch_grpc's flags, target options inline; its backend is
+    $P4SIM_BACKEND's (`make ... P4SIM_BACKEND=python`), else p4sim's default."""
+    backend = os.environ.get(BACKEND_ENV, "").strip()
     return [sys.executable, "-m", "p4sim", *args.interface_flags(), "--device-id", str(args.device_id),
             "--grpc-server-addr", args.grpc_addr, "--cpu-port", str(args.cpu_port),
-            *args.debug_flags(), *(["--slow", args.slow] if args.slow else []), "--no-p4"]
+            *args.debug_flags(), *(["--slow", args.slow] if args.slow else []),
+            *(["--backend", backend] if backend else []), "--no-p4"]
 
 
 def bmv2_command(args: TargetArgs) -> list[str]:

@@ -34,7 +34,7 @@ def test_help_explains_the_simple_switch_flags():
     assert r.returncode == 0
     for flag in ("--interface", "--device-id", "--grpc-server-addr", "--cpu-port", "--pcap",
                  "--log-console", "--no-p4", "--thrift-port", "compile", "--slow {bmv2,bmv2-tenth}",
-                 "--slow-pps", "--slow-queue", "--slow-latency-us"):
+                 "--slow-pps", "--slow-queue", "--slow-latency-us", "--backend {c,python}"):
         assert flag in r.stdout
 
 
@@ -46,7 +46,7 @@ def test_compile_help():
 @pytest.mark.parametrize("args", [["--bogus", "--no-p4"], [], ["--no-p4", "-i", "eth0"],
                                   ["--no-p4", "--device-id", "one"], ["compile", "x.p4"],
                                   ["--no-p4", "--slow", "tofino"], ["--no-p4", "--slow-queue", "8"],
-                                  ["--no-p4", "--slow", "bmv2", "--slow-pps", "-1"]])
+                                  ["--no-p4", "--slow", "bmv2", "--slow-pps", "-1"], ["--no-p4", "--backend", "java"]])
 def test_bad_arguments_print_usage_and_exit_2(args):
     r = p4sim(*args)
     assert r.returncode == 2
