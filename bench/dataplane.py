@@ -34,7 +34,9 @@ from p4sim.dataplane.traffic import (Blast, StubPipeline, TrafficSocket, VethLab
                                      veth_lab)
 
 from . import p4sim as in_process
-from .environment import describe_environment, unwritable
+from hosts.args import unwritable
+
+from .environment import describe_environment
 
 log = logging.getLogger("bench.dataplane")
 ROOT = Path(__file__).resolve().parent.parent
