@@ -1,17 +1,21 @@
-"""Parse preprocessed P4_16 text into the AST with lark's LALR parser.
+"""Parse preprocessed P4_16 text into the AST with an LALR table that lark builds.
 
 P4's grammar needs to know which names are types; like p4c's lexer feedback, the
 lexer here retypes identifiers declared as types (a pre-scan of the token stream).
+The AST is built while parsing (no parse tree first): each reduction calls the
+builder's method for its rule with the rule's position, as lark's propagate_positions
+would give it.
 """
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable
 
 import lark
-from lark import Token, Transformer, v_args
-from lark.lexer import BasicLexer, Lexer
+from lark import Token
+from lark.parsers.lalr_analysis import Shift
 
 from ..errors import P4Error
 from . import ast
@@ -26,65 +30,187 @@ _NOT_A_TYPE_DECL = {";", "=", ")", ",", ".", "]", ":", "[", "}"}
 def parse_text(text: str, source_file: str) -> ast.Program:
     """Parse preprocessed text (with # line markers); P4Error on a syntax error."""
     smap = SourceMap.of(text, source_file)
+    grammar = _grammar()
     try:
-        tree = _lark().parse(text)
-    except lark.exceptions.UnexpectedInput as err:
+        tokens = _p4_tokens(list(grammar.lark.lex(text)))
+    except lark.exceptions.UnexpectedCharacters as err:
         raise _syntax_error(err, smap) from None
-    try:
-        program = _ToAst(smap).transform(tree)
-    except lark.exceptions.VisitError as err:
-        if isinstance(err.orig_exc, P4Error):
-            raise err.orig_exc from None
-        raise
+    program = grammar.parse(tokens, _ToAst(smap))
     program.source_file = source_file
     return program
 
 
 @functools.lru_cache(maxsize=1)
-def _lark() -> lark.Lark:
-    return lark.Lark(_GRAMMAR.read_text(), parser="lalr", lexer=_P4Lexer,
-                     propagate_positions=True, maybe_placeholders=True)
+def _grammar() -> _Grammar:
+    return _Grammar(lark.Lark(_GRAMMAR.read_text(), parser="lalr", lexer="basic", maybe_placeholders=True))
 
 
-def _syntax_error(err: lark.exceptions.UnexpectedInput, smap: SourceMap) -> P4Error:
-    pos = smap.pos(getattr(err, "line", 0) or 0, getattr(err, "column", 0) or 0)
-    if isinstance(err, lark.exceptions.UnexpectedToken):
-        tok = err.token
-        what = "end of file" if tok.type == "$END" else f"`{tok.value}`"
-        message = f"syntax error, unexpected {what}"
-    elif isinstance(err, lark.exceptions.UnexpectedCharacters):
-        message = f"syntax error, unexpected character `{err.char}`"
-    else:
-        message = "syntax error, unexpected end of file"
-    return P4Error(message, pos.file, pos.line, pos.column)
+def _syntax_error(err: lark.exceptions.UnexpectedCharacters, smap: SourceMap) -> P4Error:
+    pos = smap.pos(err.line or 0, err.column or 0)
+    return P4Error(f"syntax error, unexpected character `{err.char}`", pos.file, pos.line, pos.column)
 
 
-class _P4Lexer(Lexer):
-    """lark's basic lexer plus P4's context: type names, `>>` and generic calls."""
+def _unexpected(tok: Token, smap: SourceMap) -> P4Error:
+    pos = smap.pos(tok.line or 0, tok.column or 0)
+    what = "end of file" if tok.type == "$END" else f"`{tok.value}`"
+    return P4Error(f"syntax error, unexpected {what}", pos.file, pos.line, pos.column)
 
-    __future_interface__ = 2
 
-    def __init__(self, conf: Any) -> None:
-        self._basic = BasicLexer(conf)
+# A value's place on the parse stack: (line, column, container line, container column, is a
+# token), or None for a value that takes no text. These are lark's propagate_positions: a
+# node starts where its first child that has a place starts (the container's start for a
+# node that passed through a rule with tokens of its own: `(a + b) * c` starts at `(`).
+_Place = tuple[int, int, int, int, bool]
 
-    def lex(self, lexer_state: Any, parser_state: Any) -> Iterator[Token]:
-        toks = list(self._basic.lex(lexer_state, parser_state))
-        types = _type_names(toks)
-        out: list[Token] = []
-        for i, t in enumerate(toks):
-            if t.type == "IDENTIFIER" and t.value in types:
-                t = Token.new_borrow_pos("TYPE_IDENTIFIER", t.value, t)
-            elif t.value == ">" and i + 1 < len(toks) and toks[i + 1].value == ">" \
-                    and toks[i + 1].start_pos == t.end_pos:
-                t = Token.new_borrow_pos("SHR_ANGLE", ">", t)
-            out.append(t)
-        for i, t in enumerate(out):
-            # `x.lookahead<bit<8>>()`: a '<' after a plain name, opening a type.
-            if t.value == "<" and t.type != "SHR_ANGLE" and i and out[i - 1].type == "IDENTIFIER" \
-                    and i + 1 < len(out) and out[i + 1].type in _TYPE_STARTS \
-                    and not (i + 2 < len(out) and out[i + 2].value == "."):
-                out[i] = Token.new_borrow_pos("TYPE_LT", "<", t)
-        yield from out
+
+@dataclass(frozen=True)
+class _Reduction:
+    """How a reduction by one rule of the grammar builds its value (lark's parse-tree
+    builder: the children it keeps, the None placeholders of missing `[x]`, the children of
+    `_rule`s spliced in, and `?rule`s passing their single child through)."""
+    size: int                                   # symbols the rule pops
+    origin: str                                 # the nonterminal it makes
+    passes_child: bool                          # a `?rule` of one kept symbol: nothing to build
+    expand1: bool                               # a `?rule`: one child passes through
+    include: tuple[tuple[int, bool, int], ...]  # (index, spliced, Nones before it)
+    trailing_nones: int
+    build: Callable[[Any, ast.Pos, list], Any] | None   # the builder's method; None: a list to splice
+
+
+class _Grammar:
+    """p4.lark's LALR table, as lark computes it, and the loop that runs it."""
+
+    def __init__(self, parser: lark.Lark) -> None:
+        self.lark = parser
+        table = parser.parser.parser._parse_table     # lark's own LALR(1) table (lark is pinned)
+        reductions = {rule: self._reduction(rule) for rule in parser.rules}
+        # state -> symbol -> the next state (shift, goto) or the _Reduction to make
+        self.states = {state: {str(sym): arg if action is Shift else reductions[arg]
+                               for sym, (action, arg) in actions.items()}
+                       for state, actions in table.states.items()}
+        self.start_state = table.start_states["start"]
+        self.end_state = table.end_states["start"]
+
+    @staticmethod
+    def _reduction(rule: Any) -> _Reduction:
+        expansion, options = rule.expansion, rule.options
+        if options.empty_indices:
+            bits = "".join(str(int(b)) for b in options.empty_indices)
+            empty = [len(ones) for ones in bits.split("0")]
+        else:
+            empty = [0] * (len(expansion) + 1)
+        include, nones = [], 0
+        for i, sym in enumerate(expansion):
+            nones += empty[i]
+            if options.keep_all_tokens or not (sym.is_term and sym.filter_out):
+                include.append((i, not sym.is_term and sym.name.startswith("_"), nones))
+                nones = 0
+        trailing = nones + empty[len(expansion)]
+        expand1 = options.expand1 and not rule.alias
+        name = rule.alias or options.template_source or rule.origin.name
+        spliced = rule.origin.name.startswith("_")
+        build = None if spliced else getattr(_ToAst, name, None)
+        one_child = expand1 and len(include) + sum(n for _, _, n in include) + trailing == 1
+        if build is None and not (spliced or one_child):
+            raise AssertionError(f"p4.lark's rule {name} has no method in _ToAst")
+        if expand1 and any(s for _, s, _ in include):
+            raise AssertionError(f"p4.lark's ?rule {name} splices a _rule: not supported")
+        passes = expand1 and len(expansion) == 1 and len(include) == 1 and not include[0][1] \
+            and not include[0][2] and not trailing
+        return _Reduction(len(expansion), str(rule.origin.name), passes, expand1, tuple(include), trailing, build)
+
+    def parse(self, tokens: list[Token], builder: _ToAst) -> Any:
+        """Run the LALR table over the tokens, building the AST bottom-up; P4Error on a syntax error."""
+        states, end_state = self.states, self.end_state
+        state_stack: list[int] = [self.start_state]
+        values: list[Any] = []
+        places: list[_Place | None] = []
+        smap = builder._smap
+        positions: dict[tuple[int, int], ast.Pos] = {}
+        end = Token.new_borrow_pos("$END", "", tokens[-1]) if tokens else Token("$END", "", 0, 1, 1)
+        for tok in tokens + [end]:
+            kind = tok.type
+            while True:
+                try:
+                    r = states[state_stack[-1]][kind]
+                except KeyError:
+                    raise _unexpected(tok, smap) from None
+                if r.__class__ is int:                 # shift
+                    state_stack.append(r)
+                    values.append(tok)
+                    places.append((tok.line, tok.column, tok.line, tok.column, True))
+                    break
+                if r.passes_child:
+                    state_stack.pop()
+                    value, place = values.pop(), places.pop()
+                else:
+                    size = r.size
+                    if size:
+                        raw, raw_places = values[-size:], places[-size:]
+                        del state_stack[-size:], values[-size:], places[-size:]
+                    else:
+                        raw, raw_places = [], []
+                    first = None
+                    for first in raw_places:
+                        if first is not None:
+                            break
+                    children: list = []
+                    for i, spliced, nones in r.include:
+                        if nones:
+                            children += [None] * nones
+                        if not spliced:
+                            children.append(raw[i])
+                        elif children:
+                            children += raw[i]
+                        else:                   # left recursion: extend the list in place
+                            children = raw[i]
+                    if r.trailing_nones:
+                        children += [None] * r.trailing_nones
+                    if r.expand1 and len(children) == 1:
+                        if r.include:
+                            i = r.include[0][0]
+                            value, place = raw[i], raw_places[i]
+                            if place is not None and not place[4]:
+                                place = (place[0], place[1], first[2], first[3], False)
+                        else:
+                            value, place = None, None
+                    else:
+                        if first is None:
+                            pos, place = ast.NOWHERE, None
+                        else:
+                            key = (first[2], first[3])
+                            pos = positions.get(key)
+                            if pos is None:
+                                pos = positions[key] = smap.pos(*key)
+                            place = (key[0], key[1], key[0], key[1], False)
+                        value = children if r.build is None else r.build(builder, pos, children)
+                state = states[state_stack[-1]][r.origin]
+                state_stack.append(state)
+                values.append(value)
+                places.append(place)
+                if kind == "$END" and state == end_state:
+                    return value
+        raise AssertionError("the LALR table ended without accepting")      # lark's tables always accept
+
+
+def _p4_tokens(toks: list[Token]) -> list[Token]:
+    """lark's basic tokens plus P4's context: type names, `>>` and generic calls."""
+    types = _type_names(toks)
+    out: list[Token] = []
+    for i, t in enumerate(toks):
+        if t.type == "IDENTIFIER" and t.value in types:
+            t = Token.new_borrow_pos("TYPE_IDENTIFIER", t.value, t)
+        elif t.value == ">" and i + 1 < len(toks) and toks[i + 1].value == ">" \
+                and toks[i + 1].start_pos == t.end_pos:
+            t = Token.new_borrow_pos("SHR_ANGLE", ">", t)
+        out.append(t)
+    for i, t in enumerate(out):
+        # `x.lookahead<bit<8>>()`: a '<' after a plain name, opening a type.
+        if t.value == "<" and t.type != "SHR_ANGLE" and i and out[i - 1].type == "IDENTIFIER" \
+                and i + 1 < len(out) and out[i + 1].type in _TYPE_STARTS \
+                and not (i + 2 < len(out) and out[i + 2].value == "."):
+            out[i] = Token.new_borrow_pos("TYPE_LT", "<", t)
+    return out
 
 
 def _type_names(toks: list[Token]) -> set[str]:
@@ -156,62 +282,56 @@ def _drop_tokens(children: list) -> list:
     return [c for c in children if not isinstance(c, Token)]
 
 
-@v_args(meta=True)
-class _ToAst(Transformer):
-    """lark tree -> ast nodes; positions mapped to the original files."""
+class _ToAst:
+    """A rule's children -> its ast node, one method per rule (named as the rule or its
+    alias), called with the rule's position mapped to the original files."""
 
     def __init__(self, smap: SourceMap) -> None:
-        super().__init__()
         self._smap = smap
-
-    def _pos(self, meta: Any) -> ast.Pos:
-        if getattr(meta, "empty", True):
-            return ast.NOWHERE
-        return self._smap.pos(meta.line, meta.column)
 
     def _tpos(self, tok: Token) -> ast.Pos:
         return self._smap.pos(tok.line, tok.column)
 
     # ---- top level / annotations / names
-    def start(self, meta, ch):
-        return ast.Program([c for c in ch if not isinstance(c, ast.Empty)], pos=self._pos(meta))
+    def start(self, pos, ch):
+        return ast.Program([c for c in ch if not isinstance(c, ast.Empty)], pos=pos)
 
-    def empty_decl(self, meta, ch):
-        return ast.Empty(pos=self._pos(meta))
+    def empty_decl(self, pos, ch):
+        return ast.Empty(pos=pos)
 
-    def annotations(self, meta, ch):
+    def annotations(self, pos, ch):
         return list(ch)
 
-    def annotation(self, meta, ch):
-        return ast.Annotation(ch[0], list(ch[1] or []) if len(ch) > 1 else [], pos=self._pos(meta))
+    def annotation(self, pos, ch):
+        return ast.Annotation(ch[0], list(ch[1] or []) if len(ch) > 1 else [], pos=pos)
 
-    def anno_args(self, meta, ch):
+    def anno_args(self, pos, ch):
         return list(ch)
 
-    def name(self, meta, ch):
+    def name(self, pos, ch):
         return str(ch[0])
 
     any_name = name
     nontype_name = name
 
     # ---- types
-    def bool_type(self, meta, ch):
-        return ast.SimpleTypeRef("bool", pos=self._pos(meta))
+    def bool_type(self, pos, ch):
+        return ast.SimpleTypeRef("bool", pos=pos)
 
-    def error_type(self, meta, ch):
-        return ast.SimpleTypeRef("error", pos=self._pos(meta))
+    def error_type(self, pos, ch):
+        return ast.SimpleTypeRef("error", pos=pos)
 
-    def string_type(self, meta, ch):
-        return ast.SimpleTypeRef("string", pos=self._pos(meta))
+    def string_type(self, pos, ch):
+        return ast.SimpleTypeRef("string", pos=pos)
 
-    def int_type(self, meta, ch):
-        return ast.SimpleTypeRef("int", pos=self._pos(meta))
+    def int_type(self, pos, ch):
+        return ast.SimpleTypeRef("int", pos=pos)
 
-    def void_type(self, meta, ch):
-        return ast.SimpleTypeRef("void", pos=self._pos(meta))
+    def void_type(self, pos, ch):
+        return ast.SimpleTypeRef("void", pos=pos)
 
-    def dont_care_type(self, meta, ch):
-        return ast.SimpleTypeRef("_", pos=self._pos(meta))
+    def dont_care_type(self, pos, ch):
+        return ast.SimpleTypeRef("_", pos=pos)
 
     def _width(self, ch):
         rest = [c for c in ch[1:] if not (isinstance(c, Token) and c.type == "SHR_ANGLE")]
@@ -223,174 +343,174 @@ class _ToAst(Transformer):
             return ast.IntLit(value, pos=self._tpos(w))
         return w
 
-    def bit_type(self, meta, ch):
-        return ast.BitTypeRef(self._width(ch), False, pos=self._pos(meta))
+    def bit_type(self, pos, ch):
+        return ast.BitTypeRef(self._width(ch), False, pos=pos)
 
-    def signed_type(self, meta, ch):
-        return ast.BitTypeRef(self._width(ch), True, pos=self._pos(meta))
+    def signed_type(self, pos, ch):
+        return ast.BitTypeRef(self._width(ch), True, pos=pos)
 
-    def varbit_type(self, meta, ch):
-        return ast.VarbitTypeRef(self._width(ch), pos=self._pos(meta))
+    def varbit_type(self, pos, ch):
+        return ast.VarbitTypeRef(self._width(ch), pos=pos)
 
-    def named_type(self, meta, ch):
-        return ast.NamedTypeRef(str(ch[0]), list(ch[1] or []), pos=self._pos(meta))
+    def named_type(self, pos, ch):
+        return ast.NamedTypeRef(str(ch[0]), list(ch[1] or []), pos=pos)
 
-    def type_args(self, meta, ch):
+    def type_args(self, pos, ch):
         return ch[0]
 
-    def generic_args(self, meta, ch):
+    def generic_args(self, pos, ch):
         return ch[1]
 
-    def type_arg_list(self, meta, ch):
+    def type_arg_list(self, pos, ch):
         return list(ch)
 
-    def close_angle(self, meta, ch):
+    def close_angle(self, pos, ch):
         return None
 
-    def stack_type(self, meta, ch):
-        return ast.StackTypeRef(ch[0], ch[1], pos=self._pos(meta))
+    def stack_type(self, pos, ch):
+        return ast.StackTypeRef(ch[0], ch[1], pos=pos)
 
-    def tuple_type(self, meta, ch):
-        return ast.TupleTypeRef(ch[1], pos=self._pos(meta))
+    def tuple_type(self, pos, ch):
+        return ast.TupleTypeRef(ch[1], pos=pos)
 
-    def type_or_void(self, meta, ch):
+    def type_or_void(self, pos, ch):
         return ch[0]
 
-    def type_params(self, meta, ch):
+    def type_params(self, pos, ch):
         return [c for c in ch if isinstance(c, str) and not isinstance(c, Token)]
 
     # ---- type declarations
-    def header_kind(self, meta, ch):
+    def header_kind(self, pos, ch):
         return str(ch[0])
 
-    def header_decl(self, meta, ch):
-        return ast.HeaderDecl(ch[1], ch[2], list(ch[3:]), ch[0], pos=self._pos(meta))
+    def header_decl(self, pos, ch):
+        return ast.HeaderDecl(ch[1], ch[2], list(ch[3:]), ch[0], pos=pos)
 
-    def field(self, meta, ch):
-        return ast.Field(ch[2], ch[1], ch[0], pos=self._pos(meta))
+    def field(self, pos, ch):
+        return ast.Field(ch[2], ch[1], ch[0], pos=pos)
 
-    def typedef_decl(self, meta, ch):
-        return ast.TypedefDecl(ch[2], ch[3], pos=self._pos(meta))
+    def typedef_decl(self, pos, ch):
+        return ast.TypedefDecl(ch[2], ch[3], pos=pos)
 
-    def type_decl(self, meta, ch):
-        return ast.TypedefDecl(ch[2], ch[3], True, pos=self._pos(meta))
+    def type_decl(self, pos, ch):
+        return ast.TypedefDecl(ch[2], ch[3], True, pos=pos)
 
-    def enum_decl(self, meta, ch):
+    def enum_decl(self, pos, ch):
         width = ch[3]
         if isinstance(width, Token):
             width = ast.IntLit(parse_int(width.value)[0], pos=self._tpos(width))
-        return ast.EnumDecl(ch[4], width, list(ch[5:]), pos=self._pos(meta))
+        return ast.EnumDecl(ch[4], width, list(ch[5:]), pos=pos)
 
-    def enum_member(self, meta, ch):
+    def enum_member(self, pos, ch):
         return (ch[0], ch[1])
 
-    def error_decl(self, meta, ch):
-        return ast.ErrorDecl(list(ch[1:]), pos=self._pos(meta))
+    def error_decl(self, pos, ch):
+        return ast.ErrorDecl(list(ch[1:]), pos=pos)
 
-    def match_kind_decl(self, meta, ch):
-        return ast.MatchKindDecl(list(ch[1:]), pos=self._pos(meta))
+    def match_kind_decl(self, pos, ch):
+        return ast.MatchKindDecl(list(ch[1:]), pos=pos)
 
-    def const_decl(self, meta, ch):
-        return ast.ConstDecl(ch[2], ch[3], ch[4], ch[0], pos=self._pos(meta))
+    def const_decl(self, pos, ch):
+        return ast.ConstDecl(ch[2], ch[3], ch[4], ch[0], pos=pos)
 
     # ---- externs and prototypes
-    def extern_decl(self, meta, ch):
+    def extern_decl(self, pos, ch):
         nt: ast.NamedTypeRef = ch[2]
         params = []
         for a in nt.args:
             if not (isinstance(a, ast.NamedTypeRef) and not a.args):
                 raise P4Error("expected a type parameter name", a.pos.file, a.pos.line, a.pos.column)
             params.append(a.name)
-        return ast.ExternDecl(nt.name, params, list(ch[3:]), ch[0], pos=self._pos(meta))
+        return ast.ExternDecl(nt.name, params, list(ch[3:]), ch[0], pos=pos)
 
-    def method_decl(self, meta, ch):
-        return ast.MethodDecl(ch[2], ch[1], ch[3] or [], ch[4] or [], ch[0], pos=self._pos(meta))
+    def method_decl(self, pos, ch):
+        return ast.MethodDecl(ch[2], ch[1], ch[3] or [], ch[4] or [], ch[0], pos=pos)
 
-    def ctor_decl(self, meta, ch):
-        return ast.MethodDecl(str(ch[1]), None, [], ch[2] or [], ch[0], pos=self._pos(meta))
+    def ctor_decl(self, pos, ch):
+        return ast.MethodDecl(str(ch[1]), None, [], ch[2] or [], ch[0], pos=pos)
 
-    def extern_function_decl(self, meta, ch):
-        return ast.MethodDecl(ch[3], ch[2], ch[4] or [], ch[5] or [], ch[0], pos=self._pos(meta))
+    def extern_function_decl(self, pos, ch):
+        return ast.MethodDecl(ch[3], ch[2], ch[4] or [], ch[5] or [], ch[0], pos=pos)
 
-    def _block_type(self, kind, meta, ch):
-        return ast.BlockTypeDecl(kind, ch[2], ch[3] or [], ch[4] or [], ch[0], pos=self._pos(meta))
+    def _block_type(self, kind, pos, ch):
+        return ast.BlockTypeDecl(kind, ch[2], ch[3] or [], ch[4] or [], ch[0], pos=pos)
 
-    def package_decl(self, meta, ch):
-        return self._block_type("package", meta, ch)
+    def package_decl(self, pos, ch):
+        return self._block_type("package", pos, ch)
 
-    def parser_type_decl(self, meta, ch):
-        return self._block_type("parser", meta, ch)
+    def parser_type_decl(self, pos, ch):
+        return self._block_type("parser", pos, ch)
 
-    def control_type_decl(self, meta, ch):
-        return self._block_type("control", meta, ch)
+    def control_type_decl(self, pos, ch):
+        return self._block_type("control", pos, ch)
 
-    def params(self, meta, ch):
+    def params(self, pos, ch):
         return list(ch)
 
-    def param(self, meta, ch):
-        return ast.Param(ch[1] or "", ch[2], ch[3], ch[4], ch[0], pos=self._pos(meta))
+    def param(self, pos, ch):
+        return ast.Param(ch[1] or "", ch[2], ch[3], ch[4], ch[0], pos=pos)
 
-    def direction(self, meta, ch):
+    def direction(self, pos, ch):
         return str(ch[0])
 
-    def instantiation(self, meta, ch):
-        return ast.Instantiation(ch[1], ch[2] or [], ch[3], ch[0], pos=self._pos(meta))
+    def instantiation(self, pos, ch):
+        return ast.Instantiation(ch[1], ch[2] or [], ch[3], ch[0], pos=pos)
 
-    def function_decl(self, meta, ch):
-        return ast.FunctionDecl(ch[1], ch[2], ch[4] or [], ch[5], ch[0], ch[3] or [], pos=self._pos(meta))
+    def function_decl(self, pos, ch):
+        return ast.FunctionDecl(ch[1], ch[2], ch[4] or [], ch[5], ch[0], ch[3] or [], pos=pos)
 
     # ---- parsers
-    def parser_decl(self, meta, ch):
+    def parser_decl(self, pos, ch):
         rest = list(ch[6:])
         states = [c for c in rest if isinstance(c, ast.ParserState)]
         local = [c for c in rest if not isinstance(c, ast.ParserState)]
         return ast.ParserDecl(ch[2], ch[4] or [], local, states, ch[0], ch[5] or [],
-                              type_params=ch[3] or [], pos=self._pos(meta))
+                              type_params=ch[3] or [], pos=pos)
 
-    def ctor_params(self, meta, ch):
+    def ctor_params(self, pos, ch):
         return ch[0] or []
 
-    def value_set_decl(self, meta, ch):
-        return ast.ValueSetDecl(ch[2], ch[4], ch[5], ch[0], pos=self._pos(meta))
+    def value_set_decl(self, pos, ch):
+        return ast.ValueSetDecl(ch[2], ch[4], ch[5], ch[0], pos=pos)
 
-    def parser_state(self, meta, ch):
-        return ast.ParserState(ch[2], list(ch[3:-1]), ch[-1], ch[0], pos=self._pos(meta))
+    def parser_state(self, pos, ch):
+        return ast.ParserState(ch[2], list(ch[3:-1]), ch[-1], ch[0], pos=pos)
 
-    def transition_direct(self, meta, ch):
-        return ast.Transition(ch[1], pos=self._pos(meta))
+    def transition_direct(self, pos, ch):
+        return ast.Transition(ch[1], pos=pos)
 
-    def transition_select(self, meta, ch):
-        return ast.Transition(None, ch[2], list(ch[3:]), pos=self._pos(meta))
+    def transition_select(self, pos, ch):
+        return ast.Transition(None, ch[2], list(ch[3:]), pos=pos)
 
-    def select_case(self, meta, ch):
-        return ast.SelectCase(ch[0], ch[1], pos=self._pos(meta))
+    def select_case(self, pos, ch):
+        return ast.SelectCase(ch[0], ch[1], pos=pos)
 
-    def tuple_keyset(self, meta, ch):
-        return ast.TupleKey(list(ch), pos=self._pos(meta))
+    def tuple_keyset(self, pos, ch):
+        return ast.TupleKey(list(ch), pos=pos)
 
-    def mask_keyset(self, meta, ch):
-        return ast.Mask(ch[0], ch[2], pos=self._pos(meta))
+    def mask_keyset(self, pos, ch):
+        return ast.Mask(ch[0], ch[2], pos=pos)
 
-    def range_keyset(self, meta, ch):
-        return ast.Range(ch[0], ch[2], pos=self._pos(meta))
+    def range_keyset(self, pos, ch):
+        return ast.Range(ch[0], ch[2], pos=pos)
 
-    def default_keyset(self, meta, ch):
-        return ast.DefaultKey(pos=self._pos(meta))
+    def default_keyset(self, pos, ch):
+        return ast.DefaultKey(pos=pos)
 
-    def dont_care_keyset(self, meta, ch):
-        return ast.DontCare(pos=self._pos(meta))
+    def dont_care_keyset(self, pos, ch):
+        return ast.DontCare(pos=pos)
 
     # ---- controls
-    def control_decl(self, meta, ch):
+    def control_decl(self, pos, ch):
         local = [c for c in ch[6:-2]]
         return ast.ControlDecl(ch[2], ch[4] or [], local, ch[-1], ch[0], ch[5] or [],
-                               type_params=ch[3] or [], pos=self._pos(meta))
+                               type_params=ch[3] or [], pos=pos)
 
-    def action_decl(self, meta, ch):
-        return ast.ActionDecl(ch[2], ch[3] or [], ch[4], ch[0], pos=self._pos(meta))
+    def action_decl(self, pos, ch):
+        return ast.ActionDecl(ch[2], ch[3] or [], ch[4], ch[0], pos=pos)
 
-    def table_decl(self, meta, ch):
-        table = ast.TableDecl(ch[2], annotations=ch[0], pos=self._pos(meta))
+    def table_decl(self, pos, ch):
+        table = ast.TableDecl(ch[2], annotations=ch[0], pos=pos)
         for kind, value in ch[3:]:
             if kind == "key":
                 table.keys = value
@@ -405,179 +525,175 @@ class _ToAst(Transformer):
                 table.properties[value.name] = value
         return table
 
-    def key_property(self, meta, ch):
+    def key_property(self, pos, ch):
         return ("key", list(ch[2:]))
 
-    def key_element(self, meta, ch):
-        return ast.KeyElement(ch[0], ch[1], ch[2], pos=self._pos(meta))
+    def key_element(self, pos, ch):
+        return ast.KeyElement(ch[0], ch[1], ch[2], pos=pos)
 
-    def actions_property(self, meta, ch):
+    def actions_property(self, pos, ch):
         return ("actions", list(ch[2:]))
 
-    def action_ref(self, meta, ch):
+    def action_ref(self, pos, ch):
         args = ch[2] if len(ch) > 2 else None
-        return ast.ActionRefNode(ch[1], args, ch[0], pos=self._pos(meta))
+        return ast.ActionRefNode(ch[1], args, ch[0], pos=pos)
 
-    def entries_property(self, meta, ch):
+    def entries_property(self, pos, ch):
         return ("entries", (list(ch[3:]), ch[1] is not None))
 
-    def table_entry(self, meta, ch):
-        return ast.EntryNode(ch[2], ch[3], ch[4] or [], ch[1], ch[5], pos=self._pos(meta))
+    def table_entry(self, pos, ch):
+        return ast.EntryNode(ch[2], ch[3], ch[4] or [], ch[1], ch[5], pos=pos)
 
-    def simple_property(self, meta, ch):
-        return ("prop", ast.TableProperty(str(ch[2]), ch[3], ch[1] is not None, ch[0], pos=self._pos(meta)))
+    def simple_property(self, pos, ch):
+        return ("prop", ast.TableProperty(str(ch[2]), ch[3], ch[1] is not None, ch[0], pos=pos))
 
     # ---- statements
-    def block(self, meta, ch):
-        return ast.Block([c for c in ch if not isinstance(c, ast.Empty)], pos=self._pos(meta))
+    def block(self, pos, ch):
+        return ast.Block([c for c in ch if not isinstance(c, ast.Empty)], pos=pos)
 
-    def annotated_block(self, meta, ch):
+    def annotated_block(self, pos, ch):
         return ch[1]                         # @atomic and the like change nothing here
 
-    def empty_statement(self, meta, ch):
-        return ast.Empty(pos=self._pos(meta))
+    def empty_statement(self, pos, ch):
+        return ast.Empty(pos=pos)
 
-    def var_decl(self, meta, ch):
-        return ast.VarDecl(ch[1], ch[2], ch[3], ch[0], pos=self._pos(meta))
+    def var_decl(self, pos, ch):
+        return ast.VarDecl(ch[1], ch[2], ch[3], ch[0], pos=pos)
 
-    def assignment(self, meta, ch):
-        return ast.Assign(ch[0], ch[1], pos=self._pos(meta))
+    def assignment(self, pos, ch):
+        return ast.Assign(ch[0], ch[1], pos=pos)
 
-    def compound_assignment(self, meta, ch):
+    def compound_assignment(self, pos, ch):
         """`lv op= e` is `lv = lv op e` with lv evaluated once: the Binary's left operand is
         the lhs node itself (frontend/effects.py keeps a side-effecting index single)."""
         lhs, op, rhs = ch[0], ch[1].value[:-1], ch[2]
-        pos = self._pos(meta)
         return ast.Assign(lhs, ast.Binary(op, lhs, rhs, pos=pos), pos=pos)
 
-    def for_statement(self, meta, ch):
-        return ast.For(ch[2] or [], ch[3], ch[4] or [], ch[5], pos=self._pos(meta))
+    def for_statement(self, pos, ch):
+        return ast.For(ch[2] or [], ch[3], ch[4] or [], ch[5], pos=pos)
 
-    def for_inits(self, meta, ch):
+    def for_inits(self, pos, ch):
         return list(ch)
 
     for_updates = for_inits
 
-    def for_var_decl(self, meta, ch):
-        return ast.VarDecl(ch[1], ch[2], ch[3], ch[0], pos=self._pos(meta))
+    def for_var_decl(self, pos, ch):
+        return ast.VarDecl(ch[1], ch[2], ch[3], ch[0], pos=pos)
 
-    def for_assignment(self, meta, ch):
-        return ast.Assign(ch[0], ch[1], pos=self._pos(meta))
+    def for_assignment(self, pos, ch):
+        return ast.Assign(ch[0], ch[1], pos=pos)
 
     for_compound_assignment = compound_assignment
 
-    def for_call(self, meta, ch):
-        pos = self._pos(meta)
+    def for_call(self, pos, ch):
         return ast.CallStmt(ast.Call(ch[0], ch[2] or [], ch[1] or [], pos=pos), pos=pos)
 
-    def for_in_statement(self, meta, ch):
-        pos = self._pos(meta)
+    def for_in_statement(self, pos, ch):
         var = ast.VarDecl(ch[3], ch[4], None, ch[2], pos=pos)
         return ast.ForIn(var, ch[6], ch[7], pos=pos)
 
-    def for_range(self, meta, ch):
-        return ast.Range(ch[0], ch[2], pos=self._pos(meta))
+    def for_range(self, pos, ch):
+        return ast.Range(ch[0], ch[2], pos=pos)
 
-    def break_statement(self, meta, ch):
-        return ast.Break(pos=self._pos(meta))
+    def break_statement(self, pos, ch):
+        return ast.Break(pos=pos)
 
-    def continue_statement(self, meta, ch):
-        return ast.Continue(pos=self._pos(meta))
+    def continue_statement(self, pos, ch):
+        return ast.Continue(pos=pos)
 
-    def call_statement(self, meta, ch):
-        pos = self._pos(meta)
+    def call_statement(self, pos, ch):
         return ast.CallStmt(ast.Call(ch[0], ch[2] or [], ch[1] or [], pos=pos), pos=pos)
 
-    def if_statement(self, meta, ch):
-        return ast.If(ch[1], ch[2], ch[4], pos=self._pos(meta))
+    def if_statement(self, pos, ch):
+        return ast.If(ch[1], ch[2], ch[4], pos=pos)
 
-    def return_statement(self, meta, ch):
-        return ast.Return(ch[1], pos=self._pos(meta))
+    def return_statement(self, pos, ch):
+        return ast.Return(ch[1], pos=pos)
 
-    def exit_statement(self, meta, ch):
-        return ast.Exit(pos=self._pos(meta))
+    def exit_statement(self, pos, ch):
+        return ast.Exit(pos=pos)
 
-    def switch_statement(self, meta, ch):
-        return ast.Switch(ch[1], list(ch[2:]), pos=self._pos(meta))
+    def switch_statement(self, pos, ch):
+        return ast.Switch(ch[1], list(ch[2:]), pos=pos)
 
-    def switch_case(self, meta, ch):
+    def switch_case(self, pos, ch):
         label = None if isinstance(ch[0], ast.DefaultKey) else ch[0]
-        return ast.SwitchCase(label, ch[1], pos=self._pos(meta))
+        return ast.SwitchCase(label, ch[1], pos=pos)
 
-    def default_label(self, meta, ch):
-        return ast.DefaultKey(pos=self._pos(meta))
+    def default_label(self, pos, ch):
+        return ast.DefaultKey(pos=pos)
 
     # ---- expressions
-    def expression_list(self, meta, ch):
+    def expression_list(self, pos, ch):
         return list(ch)
 
-    def args(self, meta, ch):
+    def args(self, pos, ch):
         return list(ch)
 
-    def dont_care_arg(self, meta, ch):
-        return ast.DontCare(pos=self._pos(meta))
+    def dont_care_arg(self, pos, ch):
+        return ast.DontCare(pos=pos)
 
-    def name_ref(self, meta, ch):
-        return ast.NameRef(ch[0], pos=self._pos(meta))
+    def name_ref(self, pos, ch):
+        return ast.NameRef(ch[0], pos=pos)
 
-    def member(self, meta, ch):
-        return ast.Member(ch[0], ch[1], pos=self._pos(meta))
+    def member(self, pos, ch):
+        return ast.Member(ch[0], ch[1], pos=pos)
 
-    def index(self, meta, ch):
-        return ast.Index(ch[0], ch[1], pos=self._pos(meta))
+    def index(self, pos, ch):
+        return ast.Index(ch[0], ch[1], pos=pos)
 
-    def slice(self, meta, ch):
-        return ast.Slice(ch[0], ch[1], ch[2], pos=self._pos(meta))
+    def slice(self, pos, ch):
+        return ast.Slice(ch[0], ch[1], ch[2], pos=pos)
 
-    def call(self, meta, ch):
-        return ast.Call(ch[0], ch[1] or [], pos=self._pos(meta))
+    def call(self, pos, ch):
+        return ast.Call(ch[0], ch[1] or [], pos=pos)
 
-    def generic_call(self, meta, ch):
-        return ast.Call(ch[0], ch[2] or [], ch[1], pos=self._pos(meta))
+    def generic_call(self, pos, ch):
+        return ast.Call(ch[0], ch[2] or [], ch[1], pos=pos)
 
-    def integer(self, meta, ch):
+    def integer(self, pos, ch):
         value, width, signed = parse_int(ch[0].value)
-        return ast.IntLit(value, width, signed, pos=self._pos(meta))
+        return ast.IntLit(value, width, signed, pos=pos)
 
-    def true(self, meta, ch):
-        return ast.BoolLit(True, pos=self._pos(meta))
+    def true(self, pos, ch):
+        return ast.BoolLit(True, pos=pos)
 
-    def false(self, meta, ch):
-        return ast.BoolLit(False, pos=self._pos(meta))
+    def false(self, pos, ch):
+        return ast.BoolLit(False, pos=pos)
 
-    def string(self, meta, ch):
+    def string(self, pos, ch):
         raw = ch[0].value[1:-1]
-        return ast.StrLit(raw.encode().decode("unicode_escape"), pos=self._pos(meta))
+        return ast.StrLit(raw.encode().decode("unicode_escape"), pos=pos)
 
-    def list_expr(self, meta, ch):
-        return ast.ListExpr(list(ch[0] or []), pos=self._pos(meta))
+    def list_expr(self, pos, ch):
+        return ast.ListExpr(list(ch[0] or []), pos=pos)
 
-    def struct_expr(self, meta, ch):
+    def struct_expr(self, pos, ch):
         pairs = [c for c in ch if c is not None]
-        return ast.StructExpr([n for n, _ in pairs], [e for _, e in pairs], pos=self._pos(meta))
+        return ast.StructExpr([n for n, _ in pairs], [e for _, e in pairs], pos=pos)
 
-    def named_expr(self, meta, ch):
+    def named_expr(self, pos, ch):
         return (ch[0], ch[1])
 
-    def type_member(self, meta, ch):
-        return ast.TypeMember(str(ch[0]), ch[1], pos=self._pos(meta))
+    def type_member(self, pos, ch):
+        return ast.TypeMember(str(ch[0]), ch[1], pos=pos)
 
-    def error_member(self, meta, ch):
-        return ast.TypeMember("error", ch[1], pos=self._pos(meta))
+    def error_member(self, pos, ch):
+        return ast.TypeMember("error", ch[1], pos=pos)
 
-    def constructor(self, meta, ch):
-        return ast.Constructor(ch[0], ch[1] or [], pos=self._pos(meta))
+    def constructor(self, pos, ch):
+        return ast.Constructor(ch[0], ch[1] or [], pos=pos)
 
-    def cond(self, meta, ch):
-        return ast.Cond(ch[0], ch[1], ch[2], pos=self._pos(meta))
+    def cond(self, pos, ch):
+        return ast.Cond(ch[0], ch[1], ch[2], pos=pos)
 
-    def binop(self, meta, ch):
-        return ast.Binary(ch[1].value, ch[0], ch[2], pos=self._pos(meta))
+    def binop(self, pos, ch):
+        return ast.Binary(ch[1].value, ch[0], ch[2], pos=pos)
 
     def _bin(op):
-        def build(self, meta, ch):
+        def build(self, pos, ch):
             ch = _drop_tokens(ch)
-            return ast.Binary(op, ch[0], ch[1], pos=self._pos(meta))
+            return ast.Binary(op, ch[0], ch[1], pos=pos)
         return build
 
     lt = _bin("<")
@@ -587,14 +703,14 @@ class _ToAst(Transformer):
     band = _bin("&")
     shr = _bin(">>")
 
-    def lnot(self, meta, ch):
-        return ast.Unary("!", ch[0], pos=self._pos(meta))
+    def lnot(self, pos, ch):
+        return ast.Unary("!", ch[0], pos=pos)
 
-    def bnot(self, meta, ch):
-        return ast.Unary("~", ch[0], pos=self._pos(meta))
+    def bnot(self, pos, ch):
+        return ast.Unary("~", ch[0], pos=pos)
 
-    def neg(self, meta, ch):
-        return ast.Unary("-", ch[1], pos=self._pos(meta))
+    def neg(self, pos, ch):
+        return ast.Unary("-", ch[1], pos=pos)
 
-    def cast(self, meta, ch):
-        return ast.Cast(ch[0], ch[1], pos=self._pos(meta))
+    def cast(self, pos, ch):
+        return ast.Cast(ch[0], ch[1], pos=pos)
