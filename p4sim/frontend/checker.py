@@ -186,6 +186,7 @@ class Checker:
         self.functions: list[Sym] = []
         self.main: ast.Instantiation | None = None
         self.pristine: dict[str, Any] = {}          # unchecked copies, for sub-instances
+        self.instantiated = _instantiated_types(program)
         self.sub_blocks: set[str] = set()
         self._block: BlockInfo | None = None       # parser/control being checked
         self._in_parser = False
@@ -503,7 +504,10 @@ class Checker:
         """Register a parser or control; None when it waits for its constructor arguments
         (it is then checked per instance, once they are known)."""
         if not sub:
-            self.pristine[d.name] = copy.deepcopy(d)
+            # Checking annotates d in place: instances made later check an unchecked copy. A
+            # block checked here that nothing can instantiate again needs none (nor its cost).
+            again = d.ctor_params or d.type_params or d.name in self.instantiated
+            self.pristine[d.name] = copy.deepcopy(d) if again else d
             self.top.define(Sym("type", d.name, BlockType(d), d), d.pos)
             if d.ctor_params or d.type_params:
                 return None
@@ -1549,15 +1553,20 @@ class Checker:
         return const_value(e, self.errors)
 
 
-def const_value(e: ast.Expr, errors: dict[str, int]) -> Any:
-    """The compile-time value of a checked expression, or None."""
-    v = _const_raw(e, errors)
+def const_value(e: ast.Expr, errors: dict[str, int], memo: dict[int, tuple[ast.Expr, Any]] | None = None) -> Any:
+    """The compile-time value of a checked expression, or None. With memo (id -> (node,
+    value), for an AST no longer changing), each node is folded once."""
+    if memo is not None and id(e) in memo:
+        return memo[id(e)][1]
+    v = _const_raw(e, errors, memo)
     if isinstance(e.type, BitType) and isinstance(v, int) and not isinstance(v, bool):
-        return _wrap(v, e.type)
+        v = _wrap(v, e.type)
+    if memo is not None:
+        memo[id(e)] = (e, v)
     return v
 
 
-def _const_raw(e: ast.Expr, errors: dict[str, int]) -> Any:
+def _const_raw(e: ast.Expr, errors: dict[str, int], memo: dict[int, tuple[ast.Expr, Any]] | None) -> Any:
     if isinstance(e, (ast.IntLit, ast.BoolLit)):
         return e.value
     if isinstance(e, ast.NameRef):
@@ -1567,7 +1576,7 @@ def _const_raw(e: ast.Expr, errors: dict[str, int]) -> Any:
             return errors[e.name]
         return e.type.members[e.name] if isinstance(e.type, EnumType) else None
     if isinstance(e, ast.Cast):
-        v = const_value(e.expr, errors)
+        v = const_value(e.expr, errors, memo)
         if v is None:
             return None
         if isinstance(e.type, BitType):
@@ -1576,13 +1585,13 @@ def _const_raw(e: ast.Expr, errors: dict[str, int]) -> Any:
             return bool(v)
         return v
     if isinstance(e, ast.Unary):
-        v = const_value(e.expr, errors)
+        v = const_value(e.expr, errors, memo)
         if v is None:
             return None
         r = (not v) if e.op == "!" else (-v if e.op == "-" else ~v)
         return _wrap(r, e.type) if isinstance(e.type, BitType) else r
     if isinstance(e, ast.Binary):
-        a, b = const_value(e.left, errors), const_value(e.right, errors)
+        a, b = const_value(e.left, errors, memo), const_value(e.right, errors, memo)
         if a is None or b is None:
             return None
         return fold_binary(e.op, a, b, e.left.type, e.right.type, e.type)
@@ -1591,10 +1600,10 @@ def _const_raw(e: ast.Expr, errors: dict[str, int]) -> Any:
     if isinstance(e, ast.Call) and getattr(e.target, "kind", None) == "header_size":
         return e.size_value
     if isinstance(e, ast.Cond):
-        c = const_value(e.cond, errors)
+        c = const_value(e.cond, errors, memo)
         if c is None:
             return None
-        return const_value(e.then if c else e.else_, errors)
+        return const_value(e.then if c else e.else_, errors, memo)
     return None
 
 
@@ -1638,6 +1647,20 @@ def _standard(decl: ast.Node) -> bool:
 
 def _py_ident(name: str) -> str:
     return "".join(c if c.isalnum() or c == "_" else "_" for c in name)
+
+
+def _instantiated_types(program: ast.Program) -> set[str]:
+    """The type names the program makes instances of after their declaration (instantiations
+    at top level and in blocks, `implementation = T(...)`), and those a typedef names."""
+    names: set[str] = set()
+    for d in program.declarations:
+        for x in [d, *(d.locals if isinstance(d, (ast.ParserDecl, ast.ControlDecl)) else [])]:
+            if isinstance(x, (ast.Instantiation, ast.TypedefDecl)) and isinstance(x.type_ref, ast.NamedTypeRef):
+                names.add(x.type_ref.name)
+            elif isinstance(x, ast.TableDecl):
+                names.update(p.value.type_ref.name for p in x.properties.values()
+                             if isinstance(p.value, ast.Constructor))
+    return names
 
 
 def check(program: ast.Program) -> CheckedProgram:

@@ -9,6 +9,7 @@ would give it.
 from __future__ import annotations
 
 import functools
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -17,6 +18,7 @@ import lark
 from lark import Token
 from lark.parsers.lalr_analysis import Shift
 
+from ..cbuild import cache_dir
 from ..errors import P4Error
 from . import ast
 from .preprocess import SourceMap
@@ -31,23 +33,27 @@ def parse_text(text: str, source_file: str) -> ast.Program:
     """Parse preprocessed text (with # line markers); P4Error on a syntax error."""
     smap = SourceMap.of(text, source_file)
     grammar = _grammar()
-    try:
-        tokens = _p4_tokens(list(grammar.lark.lex(text)))
-    except lark.exceptions.UnexpectedCharacters as err:
-        raise _syntax_error(err, smap) from None
-    program = grammar.parse(tokens, _ToAst(smap))
+    program = grammar.parse(_p4_tokens(grammar.tokens(text, smap)), _ToAst(smap))
     program.source_file = source_file
     return program
 
 
 @functools.lru_cache(maxsize=1)
 def _grammar() -> _Grammar:
-    return _Grammar(lark.Lark(_GRAMMAR.read_text(), parser="lalr", lexer="basic", maybe_placeholders=True))
+    text = _GRAMMAR.read_text()
+    return _Grammar(lark.Lark(text, parser="lalr", lexer="basic", maybe_placeholders=True, cache=_lark_cache(text)))
 
 
-def _syntax_error(err: lark.exceptions.UnexpectedCharacters, smap: SourceMap) -> P4Error:
-    pos = smap.pos(err.line or 0, err.column or 0)
-    return P4Error(f"syntax error, unexpected character `{err.char}`", pos.file, pos.line, pos.column)
+def _lark_cache(grammar: str) -> str | bool:
+    """Where lark keeps its analysis of the grammar (0.4 s to redo in each process): beside
+    cbuild's objects. lark checks the file against the grammar, its options and its version,
+    and redoes the analysis (and the file) when it cannot read it."""
+    folder = cache_dir()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return False
+    return str(folder / f"p4-{hashlib.sha256(grammar.encode()).hexdigest()[:16]}.lark")
 
 
 def _unexpected(tok: Token, smap: SourceMap) -> P4Error:
@@ -118,6 +124,40 @@ class _Grammar:
         passes = expand1 and len(expansion) == 1 and len(include) == 1 and not include[0][1] \
             and not include[0][2] and not trailing
         return _Reduction(len(expansion), str(rule.origin.name), passes, expand1, tuple(include), trailing, build)
+
+    def tokens(self, text: str, smap: SourceMap) -> list[Token]:
+        """lark's basic lexer's tokens in a tighter loop: lark's regex of every terminal (in
+        lark's order), its callbacks (keywords out of IDENTIFIER: the same type for the same
+        text, so asked once per text), its lines and columns."""
+        lexer = self.lark.parser.lexer
+        (terminals,) = lexer.scanner._mres             # one regex: fewer than 100 terminals
+        match, callbacks = terminals.match, lexer.callback
+        ignore, newline = lexer.ignore_types, lexer.newline_types
+        retyped: dict[str, dict[str, str]] = {kind: {} for kind in callbacks}
+        out: list[Token] = []
+        pos, end, line, line_start = 0, len(text), 1, 0
+        while pos < end:
+            m = match(text, pos)
+            if m is None:
+                where = smap.pos(line, pos - line_start + 1)
+                raise P4Error(f"syntax error, unexpected character `{text[pos]}`", where.file, where.line, where.column)
+            kind, after = m.lastgroup, m.end()
+            start_line, start_column = line, pos - line_start + 1
+            if kind in newline:
+                n = text.count("\n", pos, after)
+                if n:
+                    line += n
+                    line_start = text.rindex("\n", pos, after) + 1
+            if kind not in ignore:
+                value = m.group()
+                if kind in retyped:
+                    types = retyped[kind]
+                    if value not in types:
+                        types[value] = callbacks[kind](Token(kind, value)).type
+                    kind = types[value]
+                out.append(Token(kind, value, pos, start_line, start_column, line, after - line_start + 1, after))
+            pos = after
+        return out
 
     def parse(self, tokens: list[Token], builder: _ToAst) -> Any:
         """Run the LALR table over the tokens, building the AST bottom-up; P4Error on a syntax error."""

@@ -41,15 +41,30 @@ def path_of(e: ast.Expr) -> str | None:
 
 def mentions(node: object, path: str) -> bool:
     """Does anything in node read or write path, a prefix of it or a part of it?"""
-    p = path_of(node) if isinstance(node, ast.Expr) else None
-    if p is not None and (p == path or path.startswith(p + ".") or p.startswith(path + ".")):
-        return True
-    children = vars(node).values() if hasattr(node, "__dict__") else ()
-    for c in children:
-        for item in (c if isinstance(c, list) else [c]):
-            if isinstance(item, ast.Node) and mentions(item, path):
-                return True
-    return False
+    return mentioned(mention_paths(node), path)
+
+
+def mention_paths(node: object) -> set[str]:
+    """The paths of the expressions in node (and in its lists of nodes), for mentioned()."""
+    found: set[str] = set()
+    todo = [node]
+    while todo:
+        n = todo.pop()
+        if isinstance(n, ast.Expr):
+            p = path_of(n)
+            if p is not None:
+                found.add(p)
+        for c in vars(n).values() if hasattr(n, "__dict__") else ():
+            if isinstance(c, list):
+                todo.extend(item for item in c if isinstance(item, ast.Node))
+            elif isinstance(c, ast.Node):
+                todo.append(c)
+    return found
+
+
+def mentioned(paths: set[str], path: str) -> bool:
+    """Is path, a prefix of it or a part of it among paths (of mention_paths)?"""
+    return any(p == path or path.startswith(p + ".") or p.startswith(path + ".") for p in paths)
 
 
 def pure(e: ast.Expr) -> bool:
@@ -129,6 +144,7 @@ class CodeGen:
         # A sub-parser's scalar out/inout parameters (Sym ids): every state writes them,
         # so they live on its frame L, not in one state function's locals.
         self.framed_params: set[int] = set()
+        self.consts: dict[int, tuple[ast.Expr, Any]] = {}     # for const_value
 
     def emit(self, line: str) -> None:
         self.lines.append("    " * self.ind + line)
@@ -182,8 +198,12 @@ class CodeGen:
         self.uid += 1
         return f"_{base}{self.uid}"
 
+    def const_value(self, e: ast.Expr) -> Any:
+        """checker.const_value, each node folded once (the checked AST no longer changes)."""
+        return const_value(e, self.cp.errors, self.consts)
+
     def const(self, e: ast.Expr) -> Any:
-        v = const_value(e, self.cp.errors)
+        v = self.const_value(e)
         if v is None:
             raise error_at(e, "expected a compile-time constant")
         return v

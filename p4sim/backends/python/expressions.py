@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ...frontend import ast
-from ...frontend.checker import Target, const_value, error_at, expr_text
+from ...frontend.checker import Target, error_at, expr_text
 from ...frontend.types import (ActionRunType, ApplyResultType, BitType, BoolType, EnumType,
                               StackType, StructType, TupleType, Type, field_width, is_header)
 from .common import CodeGen, Ctx, attr, cls_name, mask, py_ident
@@ -13,7 +13,7 @@ class ExprGen(CodeGen):
     def expr(self, e: ast.Expr, ctx: Ctx) -> str:
         t = e.type
         if not isinstance(t, (StructType, StackType, TupleType, ApplyResultType, ActionRunType)):
-            v = const_value(e, self.cp.errors)
+            v = self.const_value(e)
             if v is not None and not isinstance(e, ast.StrLit):
                 return repr(v)
         method = getattr(self, "x_" + type(e).__name__, None)
@@ -63,7 +63,7 @@ class ExprGen(CodeGen):
         return ref
 
     def x_Index(self, e: ast.Index, ctx) -> str:
-        i = const_value(e.index, self.cp.errors)
+        i = self.const_value(e.index)
         if isinstance(e.expr.type, TupleType):
             return f"{self.expr(e.expr, ctx)}[{i}]"
         if i is not None:                        # the checker proved it in bounds
@@ -130,7 +130,7 @@ class ExprGen(CodeGen):
             py = {"/": "//"}.get(op, op)
             return f"({a} {py} {b})"
         w = t.width
-        lc, rc = const_value(e.left, self.cp.errors), const_value(e.right, self.cp.errors)
+        lc, rc = self.const_value(e.left), self.const_value(e.right)
         if op in ("+", "-", "|", "^", "<<", ">>") and rc == 0:
             return a                             # x + 0 (FOR_EACH-style macros make many)
         if op in ("+", "|", "^") and lc == 0:
@@ -145,7 +145,7 @@ class ExprGen(CodeGen):
             lo, hi = (-(1 << (w - 1)), (1 << (w - 1)) - 1) if t.signed else (0, mask(w))
             return f"min({hi}, max({lo}, {a} {'+' if op == '|+|' else '-'} {b}))"
         if op == "<<":
-            amount = const_value(e.right, self.cp.errors)
+            amount = self.const_value(e.right)
             if amount is not None:
                 return "0" if amount >= w else self.wrap(f"{a} << {amount}", t)
             return f"shl({a}, {b}, {w}, {int(t.signed)})"

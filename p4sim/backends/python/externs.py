@@ -3,7 +3,7 @@ clone/resubmit/recirculate, digests."""
 from __future__ import annotations
 
 from ...frontend import ast
-from ...frontend.checker import Sym, Target, const_value, error_at
+from ...frontend.checker import Sym, Target, error_at
 from ...frontend.types import (BitType, BoolType, EnumType, IntType, StackType, StructType,
                               VarbitType, is_header)
 from .common import CodeGen, Ctx, attr, mask, pure
@@ -242,7 +242,7 @@ class ExternGen(CodeGen):
 
     def field_list_arg(self, e: ast.Expr, ctx: Ctx) -> str:
         """A @field_list index, or (old clone3/resubmit forms) the metadata fields listed."""
-        v = const_value(e, self.cp.errors)
+        v = self.const_value(e)
         if v is not None and isinstance(e.type, (BitType, IntType)):
             return repr(int(v))
         items = e.items if isinstance(e, ast.ListExpr) else [e]

@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import copy
+from typing import Callable
 
 from ...frontend import ast
 from ...frontend.checker import Sym, Target, error_at
 from ...frontend.types import ActionRunType, StackType, StructType, Type
-from .common import CodeGen, Ctx, attr, mask, mentions, path_of, pure, reads, scalar
+from .common import CodeGen, Ctx, attr, mask, mention_paths, mentioned, path_of, pure, reads, scalar
 
 
 def is_union_member(e: ast.Expr) -> bool:
@@ -26,6 +27,15 @@ def forward_single_uses(stmts: list[ast.Stmt]) -> list[ast.Stmt | str]:
     moved away leaves a comment, so the generated code still shows where t went."""
     out: list = list(stmts)
     declared: set[int] = set()
+    known: dict[int, tuple[object, set[str]]] = {}     # id -> (node, its mention_paths)
+
+    def mentions(node: object, path: str) -> bool:
+        """common.mentions, each node's paths collected once (a definition looks ahead)."""
+        entry = known.get(id(node))
+        if entry is None:
+            entry = known[id(node)] = (node, mention_paths(node))
+        return mentioned(entry[1], path)
+
     for i, s in enumerate(out):
         if isinstance(s, ast.VarDecl):
             declared.add(id(s._sym))
@@ -37,7 +47,7 @@ def forward_single_uses(stmts: list[ast.Stmt]) -> list[ast.Stmt | str]:
             continue
         j = next((k for k in range(i + 1, len(out)) if not isinstance(out[k], str)
                   and mentions(out[k], sym.name)), None)
-        if j is None or not _movable_to(rhs, sym, out[i + 1:j], out[j], out[j + 1:]):
+        if j is None or not _movable_to(rhs, sym, out, i, j, mentions):
             continue
         use = copy.copy(out[j])
         if isinstance(use, ast.Assign):
@@ -58,8 +68,10 @@ def _definition(s: object) -> tuple[Sym | None, ast.Expr] | None:
     return None
 
 
-def _movable_to(e: ast.Expr, sym: Sym, between: list, use: object, after: list) -> bool:
-    for s in between:                   # assignments of pure values to what e does not read
+def _movable_to(e: ast.Expr, sym: Sym, out: list, i: int, j: int,
+                mentions: Callable[[object, str], bool]) -> bool:
+    """Can e, defined at out[i], move into its use out[j]?"""
+    for s in out[i + 1:j]:              # assignments of pure values to what e does not read
         if isinstance(s, (str, ast.Empty, ast.ConstDecl)):
             continue
         if isinstance(s, ast.VarDecl) and s.init is None:
@@ -68,13 +80,15 @@ def _movable_to(e: ast.Expr, sym: Sym, between: list, use: object, after: list) 
         target = path_of(s.lhs) if isinstance(s, ast.Assign) else getattr(s, "name", None)
         if d is None or target is None or not pure(d[1]) or mentions(e, target):
             return False
+    use = out[j]
     d = _definition(use)
     target = path_of(use.lhs) if isinstance(use, ast.Assign) else getattr(use, "name", None)
     if d is None or target is None or not pure(d[1]) or _uses(d[1], sym) != 1:
         return False
     if target == sym.name:              # `t = g(t)`: the use itself overwrites t
         return True
-    for s in after:                     # dead after the use: the next mention overwrites t
+    for k in range(j + 1, len(out)):    # dead after the use: the next mention overwrites t
+        s = out[k]
         if isinstance(s, str) or not mentions(s, sym.name):
             continue
         return isinstance(s, ast.Assign) and path_of(s.lhs) == sym.name and not mentions(s.rhs, sym.name)
