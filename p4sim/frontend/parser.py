@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
 import lark
-from lark import Token
 from lark.parsers.lalr_analysis import Shift
 
 from ..cbuild import cache_dir
@@ -54,6 +53,22 @@ def _lark_cache(grammar: str) -> str | bool:
     except OSError:
         return False
     return str(folder / f"p4-{hashlib.sha256(grammar.encode()).hexdigest()[:16]}.lark")
+
+
+@dataclass(slots=True, eq=False)
+class Token:
+    """A token: its terminal (`type`: lark's name, or the lexer feedback's), its text, where it
+    starts and the offset after it. A third of the size of lark's Token (a large program has
+    hundreds of thousands)."""
+    type: str
+    value: str
+    line: int
+    column: int
+    start_pos: int
+    end_pos: int
+
+    def __str__(self) -> str:
+        return self.value
 
 
 def _unexpected(tok: Token, smap: SourceMap) -> P4Error:
@@ -96,6 +111,7 @@ class _Grammar:
                        for state, actions in table.states.items()}
         self.start_state = table.start_states["start"]
         self.end_state = table.end_states["start"]
+        self._passes: dict[tuple[int, int, str], int] = {}
 
     @staticmethod
     def _reduction(rule: Any) -> _Reduction:
@@ -125,15 +141,31 @@ class _Grammar:
             and not include[0][2] and not trailing
         return _Reduction(len(expansion), str(rule.origin.name), passes, expand1, tuple(include), trailing, build)
 
+    def _after_passes(self, under: int, top: int, kind: str) -> int:
+        """The state after the run of `?rule`s passing one child through that the table does
+        in state top (above state under) before a `kind` token (`1` is an expression through
+        all the precedence levels): the same states, so the same syntax errors."""
+        key = (under, top, kind)
+        state = self._passes.get(key)
+        if state is None:
+            state = top
+            r = self.states[state].get(kind)
+            while isinstance(r, _Reduction) and r.passes_child:
+                state = self.states[under][r.origin]
+                r = self.states[state].get(kind)
+            self._passes[key] = state
+        return state
+
     def tokens(self, text: str, smap: SourceMap) -> list[Token]:
         """lark's basic lexer's tokens in a tighter loop: lark's regex of every terminal (in
         lark's order), its callbacks (keywords out of IDENTIFIER: the same type for the same
-        text, so asked once per text), its lines and columns."""
+        text, so asked once per text), its lines and columns. Equal texts share one str."""
         lexer = self.lark.parser.lexer
         (terminals,) = lexer.scanner._mres             # one regex: fewer than 100 terminals
         match, callbacks = terminals.match, lexer.callback
         ignore, newline = lexer.ignore_types, lexer.newline_types
         retyped: dict[str, dict[str, str]] = {kind: {} for kind in callbacks}
+        texts: dict[str, str] = {}
         out: list[Token] = []
         pos, end, line, line_start = 0, len(text), 1, 0
         while pos < end:
@@ -150,25 +182,30 @@ class _Grammar:
                     line_start = text.rindex("\n", pos, after) + 1
             if kind not in ignore:
                 value = m.group()
+                value = texts.setdefault(value, value)
                 if kind in retyped:
                     types = retyped[kind]
                     if value not in types:
-                        types[value] = callbacks[kind](Token(kind, value)).type
+                        types[value] = callbacks[kind](lark.Token(kind, value)).type
                     kind = types[value]
-                out.append(Token(kind, value, pos, start_line, start_column, line, after - line_start + 1, after))
+                out.append(Token(kind, value, start_line, start_column, pos, after))
             pos = after
         return out
 
     def parse(self, tokens: list[Token], builder: _ToAst) -> Any:
-        """Run the LALR table over the tokens, building the AST bottom-up; P4Error on a syntax error."""
+        """Run the LALR table over the tokens, building the AST bottom-up; P4Error on a syntax
+        error. The list is emptied as it goes: a token's memory goes once it is reduced."""
         states, end_state = self.states, self.end_state
         state_stack: list[int] = [self.start_state]
         values: list[Any] = []
         places: list[_Place | None] = []
         smap = builder._smap
         positions: dict[tuple[int, int], ast.Pos] = {}
-        end = Token.new_borrow_pos("$END", "", tokens[-1]) if tokens else Token("$END", "", 0, 1, 1)
-        for tok in tokens + [end]:
+        last = tokens[-1] if tokens else Token("$END", "", 1, 1, 0, 0)
+        tokens.append(replace(last, type="$END", value=""))
+        tokens.reverse()
+        while tokens:
+            tok = tokens.pop()
             kind = tok.type
             while True:
                 try:
@@ -180,50 +217,49 @@ class _Grammar:
                     values.append(tok)
                     places.append((tok.line, tok.column, tok.line, tok.column, True))
                     break
-                if r.passes_child:
-                    state_stack.pop()
-                    value, place = values.pop(), places.pop()
+                if r.passes_child:             # the value stays: only the state changes
+                    state_stack[-1] = self._after_passes(state_stack[-2], state_stack[-1], kind)
+                    continue
+                size = r.size
+                if size:
+                    raw, raw_places = values[-size:], places[-size:]
+                    del state_stack[-size:], values[-size:], places[-size:]
                 else:
-                    size = r.size
-                    if size:
-                        raw, raw_places = values[-size:], places[-size:]
-                        del state_stack[-size:], values[-size:], places[-size:]
+                    raw, raw_places = [], []
+                first = None
+                for first in raw_places:
+                    if first is not None:
+                        break
+                children: list = []
+                for i, spliced, nones in r.include:
+                    if nones:
+                        children += [None] * nones
+                    if not spliced:
+                        children.append(raw[i])
+                    elif children:
+                        children += raw[i]
+                    else:                   # left recursion: extend the list in place
+                        children = raw[i]
+                if r.trailing_nones:
+                    children += [None] * r.trailing_nones
+                if r.expand1 and len(children) == 1:
+                    if r.include:
+                        i = r.include[0][0]
+                        value, place = raw[i], raw_places[i]
+                        if place is not None and not place[4]:
+                            place = (place[0], place[1], first[2], first[3], False)
                     else:
-                        raw, raw_places = [], []
-                    first = None
-                    for first in raw_places:
-                        if first is not None:
-                            break
-                    children: list = []
-                    for i, spliced, nones in r.include:
-                        if nones:
-                            children += [None] * nones
-                        if not spliced:
-                            children.append(raw[i])
-                        elif children:
-                            children += raw[i]
-                        else:                   # left recursion: extend the list in place
-                            children = raw[i]
-                    if r.trailing_nones:
-                        children += [None] * r.trailing_nones
-                    if r.expand1 and len(children) == 1:
-                        if r.include:
-                            i = r.include[0][0]
-                            value, place = raw[i], raw_places[i]
-                            if place is not None and not place[4]:
-                                place = (place[0], place[1], first[2], first[3], False)
-                        else:
-                            value, place = None, None
+                        value, place = None, None
+                else:
+                    if first is None:
+                        pos, place = ast.NOWHERE, None
                     else:
-                        if first is None:
-                            pos, place = ast.NOWHERE, None
-                        else:
-                            key = (first[2], first[3])
-                            pos = positions.get(key)
-                            if pos is None:
-                                pos = positions[key] = smap.pos(*key)
-                            place = (key[0], key[1], key[0], key[1], False)
-                        value = children if r.build is None else r.build(builder, pos, children)
+                        key = (first[2], first[3])
+                        pos = positions.get(key)
+                        if pos is None:
+                            pos = positions[key] = smap.pos(*key)
+                        place = (key[0], key[1], key[0], key[1], False)
+                    value = children if r.build is None else r.build(builder, pos, children)
                 state = states[state_stack[-1]][r.origin]
                 state_stack.append(state)
                 values.append(value)
@@ -239,17 +275,17 @@ def _p4_tokens(toks: list[Token]) -> list[Token]:
     out: list[Token] = []
     for i, t in enumerate(toks):
         if t.type == "IDENTIFIER" and t.value in types:
-            t = Token.new_borrow_pos("TYPE_IDENTIFIER", t.value, t)
+            t = replace(t, type="TYPE_IDENTIFIER")
         elif t.value == ">" and i + 1 < len(toks) and toks[i + 1].value == ">" \
                 and toks[i + 1].start_pos == t.end_pos:
-            t = Token.new_borrow_pos("SHR_ANGLE", ">", t)
+            t = replace(t, type="SHR_ANGLE")
         out.append(t)
     for i, t in enumerate(out):
         # `x.lookahead<bit<8>>()`: a '<' after a plain name, opening a type.
         if t.value == "<" and t.type != "SHR_ANGLE" and i and out[i - 1].type == "IDENTIFIER" \
                 and i + 1 < len(out) and out[i + 1].type in _TYPE_STARTS \
                 and not (i + 2 < len(out) and out[i + 2].value == "."):
-            out[i] = Token.new_borrow_pos("TYPE_LT", "<", t)
+            out[i] = replace(t, type="TYPE_LT")
     return out
 
 
@@ -417,7 +453,7 @@ class _ToAst:
         return ch[0]
 
     def type_params(self, pos, ch):
-        return [c for c in ch if isinstance(c, str) and not isinstance(c, Token)]
+        return [c for c in ch if isinstance(c, str)]
 
     # ---- type declarations
     def header_kind(self, pos, ch):
