@@ -58,7 +58,7 @@ def _lark_cache(grammar: str) -> str | bool:
 @dataclass(slots=True, eq=False)
 class Token:
     """A token: its terminal (`type`: lark's name, or the lexer feedback's), its text, where it
-    starts and the offset after it. A third of the size of lark's Token (a large program has
+    starts and the offset after it. About half the size of lark's Token (a large program has
     hundreds of thousands)."""
     type: str
     value: str
