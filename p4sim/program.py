@@ -15,7 +15,7 @@ from .errors import P4Error
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Program", "compile_file", "gc_paused", "internal_errors"]
+__all__ = ["Program", "compile_file", "internal_errors"]
 
 
 class Program:
@@ -72,8 +72,8 @@ def internal_errors(stage: str, source_file: str) -> Iterator[None]:
 @contextlib.contextmanager
 def gc_paused() -> Iterator[None]:
     """No cyclic garbage collection while compiling: a large program's AST is millions of
-    objects that all stay alive, and the collector would walk them again and again (half the
-    compile time of allreduce.p4 at K=2048). What the compile leaves is collected after."""
+    objects that all stay alive, and the collector would walk them again and again (nearly
+    half the compile time of allreduce.p4 at K=2048). What the compile leaves is collected after."""
     enabled = gc.isenabled()
     gc.disable()
     try:
