@@ -53,6 +53,7 @@ def fallback_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if "using the Python backend" in r.getMessage()]
 
 
+@pytest.mark.c_fallback
 def test_a_construct_c_cannot_do_runs_on_python_with_one_located_line(wide_program, caplog):
     with caplog.at_level(logging.WARNING):
         sw = Switch(wide_program, backend="c")
@@ -64,6 +65,7 @@ def test_a_construct_c_cannot_do_runs_on_python_with_one_located_line(wide_progr
     assert out == [(2, bytes(24) + b"\x01")]
 
 
+@pytest.mark.c_fallback
 def test_a_c_switch_loading_such_a_program_runs_it_on_python(wide_program, caplog):
     sw = Switch(None, backend="c")
     told = []
@@ -81,6 +83,7 @@ def test_a_c_switch_loading_such_a_program_runs_it_on_python(wide_program, caplo
     assert told == []          # never a C pipeline to tell of
 
 
+@pytest.mark.c_fallback
 def test_a_failing_compiler_gives_one_line_with_its_first_error(p4program, tmp_path, monkeypatch, caplog):
     fake = tmp_path / "cc"
     fake.write_text("#!/bin/sh\necho 'prog.c:1:1: error: the compiler says no' >&2\necho 'more detail' >&2\nexit 1\n")
@@ -97,6 +100,7 @@ def test_a_failing_compiler_gives_one_line_with_its_first_error(p4program, tmp_p
     assert "Traceback" not in caplog.text
 
 
+@pytest.mark.c_fallback
 def test_without_a_compiler_the_default_is_python_and_c_falls_back(p4program, tmp_path, monkeypatch, caplog):
     program = compile_file(str(Path(p4program("ipv4_router").source_file)))   # cpp runs now
     monkeypatch.delenv("P4SIM_BACKEND", raising=False)
