@@ -71,9 +71,11 @@ def test_a_c_switch_loading_such_a_program_runs_it_on_python(wide_program, caplo
     told = []
     sw.add_pipeline_listener(told.append)
     try:
+        assert sw.backend == "c"
         with caplog.at_level(logging.WARNING):
             sw.load(wide_program)
         assert len(fallback_lines(caplog)) == 1
+        assert sw.backend == "python"
         assert sw.c_pipeline() is None
         assert sw.process(0, bytes(25)) == [(2, bytes(24) + b"\x01")]
         assert sw.stats["rx"] == 1 and sw.stats["tx"] == 1
