@@ -268,3 +268,26 @@ def test_closed_and_reloaded_switches_leave_no_threads_files_or_memory(p4program
     assert threading.active_count() == threads
     assert fds() == files
     assert rss_kb() - rss < 30_000, "each switch's C memory must be freed"
+
+
+def test_the_build_cache_reuses_objects_and_evicts_the_least_recently_used(tmp_path, monkeypatch):
+    from p4sim import cbuild
+    monkeypatch.setenv(cbuild.CACHE_ENV, str(tmp_path))
+    cdef = "int f(void);"
+
+    def built(n: int) -> cbuild.Built:
+        return cbuild.build("evict", {"f.c": f"int f(void) {{ return {n}; }}"}, cdef)
+
+    first = [built(n) for n in range(3)]
+    assert [b.lib.f() for b in first] == [0, 1, 2] and not any(b.cached for b in first)
+    size = first[0].path.stat().st_size
+    for age, b in enumerate(reversed(first)):        # object 0 is the least recently used ...
+        os.utime(b.path, (time.time() - 100 * (age + 1),) * 2)
+    again = built(1)                                # ... after 1 is used again
+    assert again.cached and again.path == first[1].path
+    monkeypatch.setattr(cbuild, "CACHE_LIMIT_BYTES", 3 * size + size // 2)
+    newest = built(3)                               # a fourth: over the limit
+    assert newest.lib.f() == 3 and not newest.cached
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([first[1].path.name, newest.path.name])
+    rebuilt = built(0)                              # an evicted object is built again
+    assert not rebuilt.cached and rebuilt.lib.f() == 0
