@@ -291,3 +291,29 @@ def test_the_build_cache_reuses_objects_and_evicts_the_least_recently_used(tmp_p
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([first[1].path.name, newest.path.name])
     rebuilt = built(0)                              # an evicted object is built again
     assert not rebuilt.cached and rebuilt.lib.f() == 0
+
+
+def test_a_large_program_builds_at_O1_and_runs_alike(p4program, tmp_path, monkeypatch):
+    import p4sim.backends.c as cbackend
+    from tests.p4sim.oracles import routed, udp_packet
+    seen = tmp_path / "compiles"
+    wrapper = tmp_path / "cc"
+    wrapper.write_text(f"#!/bin/sh\necho \"$*\" >> {seen}\nexec gcc \"$@\"\n")
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("CC", str(wrapper))
+    monkeypatch.setenv("P4SIM_CACHE", str(tmp_path / "cache"))
+    source = p4program("ipv4_router").source_file
+    small = CSwitch(compile_file(source))
+    monkeypatch.setattr(cbackend, "LARGE_SOURCE_BYTES", 1000)
+    large = CSwitch(compile_file(source))
+    try:
+        [small_cmd, large_cmd] = [c for c in seen.read_text().splitlines() if "program.c" in c]
+        assert small_cmd.startswith("-O2 ") and " -O1 " not in small_cmd
+        assert large_cmd.startswith("-O2 ") and " -O1 " in large_cmd        # the later flag wins
+        sent = udp_packet("10.0.1.1", "10.0.2.2")
+        for sw in (small, large):
+            router(sw)
+            assert sw.process(1, bytes(sent)) == [(2, routed(sent, "08:00:00:00:00:02", sent[Ether].dst))]
+    finally:
+        small.close()
+        large.close()
