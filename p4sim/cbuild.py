@@ -7,6 +7,7 @@ processes that start together (a fabric's workers) build each object once.
 """
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import functools
 import hashlib
@@ -25,6 +26,7 @@ log = logging.getLogger(__name__)
 CC_ENV = "CC"                          # the compiler, as make takes it (default: cc, then gcc)
 CACHE_ENV = "P4SIM_CACHE"              # where objects are kept (default: $XDG_CACHE_HOME/p4sim)
 CFLAGS_ENV = "P4SIM_CFLAGS"            # more flags for every build (e.g. -fsanitize=undefined to check the C)
+CACHE_LIMIT_BYTES = 512 << 20          # beyond this, a build removes the least recently used objects
 BASE_FLAGS = ("-O2", "-shared", "-fPIC", "-std=gnu11", "-Wall", "-Wno-unused", "-Wno-unused-parameter",
               "-pthread")
 
@@ -110,20 +112,51 @@ def _compiler_or_fail() -> str:
 
 def _cached(filename: str, make: Any) -> tuple[Path, bool]:
     """(cache_dir()/filename, whether it was made now): made by make(path) unless it exists;
-    a lock makes processes that start together make it once."""
+    a lock makes processes that start together make it once. A use marks the file recent,
+    a new file may evict old ones (_prune)."""
     out_dir = cache_dir()
     target = out_dir / filename
     made = False
     if not target.exists():
         out_dir.mkdir(parents=True, exist_ok=True)
         lock_path = out_dir / f"{filename}.lock"
-        with open(lock_path, "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)        # another process may be making the same file
-            if not target.exists():
-                make(target)
-                made = True
-        lock_path.unlink(missing_ok=True)
+        try:
+            with open(lock_path, "w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)        # another process may be making the same file
+                if not target.exists():
+                    make(target)
+                    made = True
+        finally:
+            lock_path.unlink(missing_ok=True)
+    if made:
+        _prune(out_dir, CACHE_LIMIT_BYTES)
+    else:
+        with contextlib.suppress(OSError):          # evicted meanwhile: the caller's load says so
+            os.utime(target)
     return target, made
+
+
+def _prune(out_dir: Path, limit: int) -> None:
+    """Keep the cache under `limit` bytes: remove the least recently used objects (every
+    program and every compiler flag makes one; a fuzzing run makes hundreds) down to 3/4 of
+    it. A process that loaded a removed object keeps its mapping; the next one builds again."""
+    entries = []
+    for f in out_dir.iterdir():
+        if f.suffix in (".so", ".o"):
+            with contextlib.suppress(OSError):
+                st = f.stat()
+                entries.append((st.st_mtime, st.st_size, f))
+    total = sum(size for _, size, _ in entries)
+    if total <= limit:
+        return
+    entries.sort()
+    for _, size, f in entries[:-1]:                # never the newest: the one just made
+        if total <= limit * 3 // 4:
+            break
+        with contextlib.suppress(OSError):
+            f.unlink()
+            total -= size
+    log.info("p4sim build cache %s: least recently used objects removed, %d MiB left", out_dir, total >> 20)
 
 
 def _key(cc: str, sources: dict[str, str], cdef: str, flags: tuple[str, ...],

@@ -51,6 +51,7 @@ class Outcome:
     outputs: list[list[tuple[int, str]]] = field(default_factory=list)
     registers: list[int] = field(default_factory=list)
     errors: int = 0
+    ran_on: str = ""           # the backend that ran it: a C switch may fall back to Python
 
 
 def tname(t: Type) -> str:
@@ -255,15 +256,19 @@ def run(case: Case, path: Path, backend: str, trace: bool) -> Outcome:
         sw = PythonSwitch(compile_file(str(path)), trace=trace, seed=1, optimize=False)
     else:
         sw = Switch(compile_file(str(path)), backend=backend, trace=trace, seed=1)
-    table = sw.state.tables["MyIngress.t"]
-    for key, action, args in case.entries:
-        table.insert(TableEntry((("exact", key),), action, args))
-    out = Outcome()
-    for data in case.packets:
-        out.outputs.append([(port, bytes(d).hex()) for port, d in sw.process(0, data)])
-    out.registers = list(sw.state.registers["MyIngress.r"].values)
-    out.errors = sw.stats["errors"]
-    return out
+    try:
+        table = sw.state.tables["MyIngress.t"]
+        for key, action, args in case.entries:
+            table.insert(TableEntry((("exact", key),), action, args))
+        out = Outcome(ran_on=getattr(sw, "backend", "python"))
+        for data in case.packets:
+            out.outputs.append([(port, bytes(d).hex()) for port, d in sw.process(0, data)])
+        out.registers = list(sw.state.registers["MyIngress.r"].values)
+        out.errors = sw.stats["errors"]
+        return out
+    finally:
+        if hasattr(sw, "close"):
+            sw.close()
 
 
 def variants() -> list[tuple[str, bool]]:
@@ -287,6 +292,9 @@ def check(case: Case, folder: Path) -> str | None:
     (ref_name, ref), *others = results.items()
     if ref.errors:
         return f"{path}: {ref_name} failed on {ref.errors} packets"
+    for (backend, trace), got in results.items():
+        if got.ran_on != ("python" if backend == PLAIN else backend):
+            return f"{path}: the {backend} backend's switch ran it on {got.ran_on}"
     for name, got in others:
         for what in ("outputs", "registers", "errors"):
             if getattr(got, what) != getattr(ref, what):

@@ -53,6 +53,7 @@ def fallback_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if "using the Python backend" in r.getMessage()]
 
 
+@pytest.mark.c_fallback
 def test_a_construct_c_cannot_do_runs_on_python_with_one_located_line(wide_program, caplog):
     with caplog.at_level(logging.WARNING):
         sw = Switch(wide_program, backend="c")
@@ -64,14 +65,17 @@ def test_a_construct_c_cannot_do_runs_on_python_with_one_located_line(wide_progr
     assert out == [(2, bytes(24) + b"\x01")]
 
 
+@pytest.mark.c_fallback
 def test_a_c_switch_loading_such_a_program_runs_it_on_python(wide_program, caplog):
     sw = Switch(None, backend="c")
     told = []
     sw.add_pipeline_listener(told.append)
     try:
+        assert sw.backend == "c"
         with caplog.at_level(logging.WARNING):
             sw.load(wide_program)
         assert len(fallback_lines(caplog)) == 1
+        assert sw.backend == "python"
         assert sw.c_pipeline() is None
         assert sw.process(0, bytes(25)) == [(2, bytes(24) + b"\x01")]
         assert sw.stats["rx"] == 1 and sw.stats["tx"] == 1
@@ -81,6 +85,7 @@ def test_a_c_switch_loading_such_a_program_runs_it_on_python(wide_program, caplo
     assert told == []          # never a C pipeline to tell of
 
 
+@pytest.mark.c_fallback
 def test_a_failing_compiler_gives_one_line_with_its_first_error(p4program, tmp_path, monkeypatch, caplog):
     fake = tmp_path / "cc"
     fake.write_text("#!/bin/sh\necho 'prog.c:1:1: error: the compiler says no' >&2\necho 'more detail' >&2\nexit 1\n")
@@ -97,6 +102,7 @@ def test_a_failing_compiler_gives_one_line_with_its_first_error(p4program, tmp_p
     assert "Traceback" not in caplog.text
 
 
+@pytest.mark.c_fallback
 def test_without_a_compiler_the_default_is_python_and_c_falls_back(p4program, tmp_path, monkeypatch, caplog):
     program = compile_file(str(Path(p4program("ipv4_router").source_file)))   # cpp runs now
     monkeypatch.delenv("P4SIM_BACKEND", raising=False)
@@ -262,3 +268,52 @@ def test_closed_and_reloaded_switches_leave_no_threads_files_or_memory(p4program
     assert threading.active_count() == threads
     assert fds() == files
     assert rss_kb() - rss < 30_000, "each switch's C memory must be freed"
+
+
+def test_the_build_cache_reuses_objects_and_evicts_the_least_recently_used(tmp_path, monkeypatch):
+    from p4sim import cbuild
+    monkeypatch.setenv(cbuild.CACHE_ENV, str(tmp_path))
+    cdef = "int f(void);"
+
+    def built(n: int) -> cbuild.Built:
+        return cbuild.build("evict", {"f.c": f"int f(void) {{ return {n}; }}"}, cdef)
+
+    first = [built(n) for n in range(3)]
+    assert [b.lib.f() for b in first] == [0, 1, 2] and not any(b.cached for b in first)
+    size = first[0].path.stat().st_size
+    for age, b in enumerate(reversed(first)):        # object 0 is the least recently used ...
+        os.utime(b.path, (time.time() - 100 * (age + 1),) * 2)
+    again = built(1)                                # ... after 1 is used again
+    assert again.cached and again.path == first[1].path
+    monkeypatch.setattr(cbuild, "CACHE_LIMIT_BYTES", 3 * size + size // 2)
+    newest = built(3)                               # a fourth: over the limit
+    assert newest.lib.f() == 3 and not newest.cached
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([first[1].path.name, newest.path.name])
+    rebuilt = built(0)                              # an evicted object is built again
+    assert not rebuilt.cached and rebuilt.lib.f() == 0
+
+
+def test_a_large_program_builds_at_O1_and_runs_alike(p4program, tmp_path, monkeypatch):
+    import p4sim.backends.c as cbackend
+    from tests.p4sim.oracles import routed, udp_packet
+    seen = tmp_path / "compiles"
+    wrapper = tmp_path / "cc"
+    wrapper.write_text(f"#!/bin/sh\necho \"$*\" >> {seen}\nexec gcc \"$@\"\n")
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("CC", str(wrapper))
+    monkeypatch.setenv("P4SIM_CACHE", str(tmp_path / "cache"))
+    source = p4program("ipv4_router").source_file
+    small = CSwitch(compile_file(source))
+    monkeypatch.setattr(cbackend, "LARGE_SOURCE_BYTES", 1000)
+    large = CSwitch(compile_file(source))
+    try:
+        [small_cmd, large_cmd] = [c for c in seen.read_text().splitlines() if "program.c" in c]
+        assert small_cmd.startswith("-O2 ") and " -O1 " not in small_cmd
+        assert large_cmd.startswith("-O2 ") and " -O1 " in large_cmd        # the later flag wins
+        sent = udp_packet("10.0.1.1", "10.0.2.2")
+        for sw in (small, large):
+            router(sw)
+            assert sw.process(1, bytes(sent)) == [(2, routed(sent, "08:00:00:00:00:02", sent[Ether].dst))]
+    finally:
+        small.close()
+        large.close()

@@ -180,10 +180,15 @@ def test_pcap_files_are_what_scapys_writer_writes_and_readable_while_running(lab
     with running(dataplane), peers(lab, 1, 2) as (tx, rx):
         for size in sizes:
             assert blast(tx, rx, frame(size), 3).received == 3
-        # Flushed as they are written: a reader sees every frame while the switch runs.
-        seen_in = [bytes(p) for p in rdpcap(str(tmp_path / "pcap" / f"{lab.switch[0]}_in.pcap"))]
-        seen_out = [bytes(p) for p in rdpcap(str(tmp_path / "pcap" / f"{lab.switch[1]}_out.pcap"))]
-    expected = [numbered(frame(size), i) for size in sizes for i in range(3)]
+        # Flushed as they are written: a reader sees every frame while the switch runs (once the
+        # batch is done: the loop writes a batch's records after sending it, so wait for them).
+        expected = [numbered(frame(size), i) for size in sizes for i in range(3)]
+
+        def seen(name: str) -> list[bytes]:
+            return [bytes(p) for p in rdpcap(str(tmp_path / "pcap" / name))]
+        wait_for(lambda: len(seen(f"{lab.switch[0]}_in.pcap")) == len(seen(f"{lab.switch[1]}_out.pcap"))
+                 == len(expected))
+        seen_in, seen_out = seen(f"{lab.switch[0]}_in.pcap"), seen(f"{lab.switch[1]}_out.pcap")
     assert seen_in == seen_out == expected
     # Byte for byte what the Python loop's RawPcapWriter writes, timestamps aside.
     reference = tmp_path / "reference.pcap"

@@ -221,6 +221,11 @@ class CSwitch:
         self._outbuf_free()
         self._core.free()
 
+    @property
+    def backend(self) -> str:
+        """The backend running the loaded program: "c", or "python" when it fell back."""
+        return "python" if self._fallback is not None else "c"
+
     # ---- data plane -------------------------------------------------------------------
     @property
     def stats(self) -> dict[str, int]:

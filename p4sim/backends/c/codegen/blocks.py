@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from ....frontend import ast
 from ....frontend.checker import Sym
-from ....frontend.types import BoolType, ExternType, TupleType, VoidType
+from ....frontend.types import BitType, BoolType, ExternType, TupleType, VoidType
 from ...python.blocks import MAX_PARSER_STEPS, is_value_set, key_header, live_statements
 from ...python.common import unique_actions
-from .common import (CodeGen, Ctx, cid, composite, is_packet_in, is_packet_out, literal, unsupported, utype, vtype,
-                     wide, width_of)
+from .common import (CodeGen, Ctx, cid, composite, is_packet_in, is_packet_out, literal, mask, unsupported, utype,
+                     vtype, wide, width_of)
 
 
 def walk(node: object):
@@ -285,11 +285,12 @@ class BlockGen(CodeGen):
         at = 0
         for k in keys:
             kt = k.expr.type
-            if kt is not None and getattr(kt, "signed", False):
-                raise unsupported(k, "a signed table key")
             v = self.expr(k.expr, ctx)
             if isinstance(kt, BoolType):
                 v = f"({v} ? 1 : 0)"
+            elif isinstance(kt, BitType) and kt.signed:       # entries hold the bits, unsigned
+                w = width_of(kt, k)
+                v = f"((u128){v} & p4s_mask128({w}))" if w > 64 else f"((uint64_t){v} & UINT64_C({mask(w)}))"
             owner = key_header(k.expr)
             if owner is not None:
                 # BMv2 builds a key from an invalid header's fields as zeros, though an
@@ -361,13 +362,14 @@ class BlockGen(CodeGen):
             if p.direction != "":
                 continue
             pt = p.type
+            w = width_of(pt, p)
+            # The control plane gives an int<W> argument as its bits; code reads it signed.
             if wide(pt):
                 v = f"P4S_U128(_args[{at + 1}], _args[{at}])"
-                out.append(f"((i128){v})" if pt.signed else v)
+                out.append(f"p4s_sext128({v}, {w})" if pt.signed else v)
                 at += 2
             else:
-                width_of(pt, p)
-                out.append(f"(({vtype(pt)})_args[{at}])")
+                out.append(f"p4s_sext64(_args[{at}], {w})" if pt.signed else f"(({vtype(pt)})_args[{at}])")
                 at += 1
         return out
 

@@ -328,12 +328,48 @@ class ExprGen(CodeGen):
                 if isinstance(rt, BitType) and not rt.signed:
                     w = width_of(rt, e)
                     return f"p4s_peek{'128' if w > 64 else '64'}(&P->pipe, {pkt}, {w})"
+                if isinstance(rt, StructType) and rt.kind == "struct":
+                    return self.lookahead_struct(e, rt, pkt)
                 raise unsupported(e, f"lookahead of a {rt}")
         if t.kind == "method" and isinstance(t.base.type, ExternType) and t.base.type.decl.name == "Checksum16" \
                 and t.name == "get":
             buf, n = self.data_bits(e.args[0], ctx)     # deprecated; BMv2 sums the fields as csum16
             return f"p4s_hash(P->pipe.core, P4S_CSUM16, {buf}, {n}, NULL, 0)"
         raise unsupported(e, f"`{expr_text(e.func)}` in an expression")
+
+    def lookahead_struct(self, e: ast.Call, t: StructType, pkt: str) -> str:
+        """lookahead<S>() of a struct of bit<W>, int<W>, bool, serializable enum or struct
+        fields: the next bits cut into its fields, MSB first (p4c's ExpandLookahead)."""
+        total = self.bits_of(e, t)
+        if total > 128:
+            raise unsupported(e, f"lookahead of a struct of {total} bits (more than 128)")
+        kind = "128" if total > 64 else "64"
+        return f"({{ {'u128' if total > 64 else 'uint64_t'} _v = p4s_peek{kind}(&P->pipe, {pkt}, {total}); " \
+               f"{self.cut_fields(t, total)}; }})"
+
+    def bits_of(self, e: ast.Expr, t: Type) -> int:
+        if isinstance(t, StructType) and t.kind == "struct":
+            return sum(self.bits_of(e, ft) for ft in t.fields.values())
+        if isinstance(t, (BitType, BoolType)) or (isinstance(t, EnumType) and t.underlying is not None):
+            return width_of(t, e)
+        raise unsupported(e, f"lookahead of a struct with a {t} field")
+
+    def cut_fields(self, t: StructType, end: int) -> str:
+        """A compound literal of t from _v's bits below bit `end`, MSB first."""
+        inits = []
+        for f, ft in t.fields.items():
+            if isinstance(ft, StructType):
+                inits.append(f".{cid(f)} = {self.cut_fields(ft, end)}")
+                end -= self.bits_of(None, ft)
+                continue
+            w = width_of(ft)
+            end -= w
+            v = f"(_v >> {end})" if end else "_v"
+            v = f"((uint64_t){v} & UINT64_C({mask(w)}))" if w <= 64 else f"({v} & p4s_mask128({w}))"
+            if isinstance(ft, BitType) and ft.signed:
+                v = f"p4s_sext128({v}, {w})" if w > 64 else f"p4s_sext64({v}, {w})"
+            inits.append(f".{cid(f)} = {v}")
+        return f"(({self.ctype(t)}){{{', '.join(inits)}}})"
 
     def table_apply(self, table, ctx: Ctx) -> str:
         """A table's apply: its function returns (action index << 1) | hit; an `exit` in the

@@ -143,10 +143,12 @@ class LayoutGen(CodeGen):
         else:
             vmax = t.fields[vb].max_width
             lines += [f"static inline void {name}(pl_t *P, p4s_pkt *pkt, {struct_name(t)} *h, uint64_t nbits) {{",
-                      "    /* BMv2 checks the packet's length first, then the varbit's size. */",
+                      "    /* As BMv2's extract_VL: a size that is not whole bytes is ParserInvalidArgument,",
+                      "     * then the packet's length (PacketTooShort), then the varbit's size (HeaderTooShort). */",
+                      "    if (P4S_UNLIKELY(nbits & 7)) p4s_reject(&P->pipe, 6);",
                       f"    if (P4S_UNLIKELY((uint64_t)(pkt->len - pkt->off) < {fixed} + (nbits >> 3))) "
                       "p4s_reject(&P->pipe, 1);",
-                      f"    if (P4S_UNLIKELY(nbits > {vmax} || (nbits & 7))) p4s_reject(&P->pipe, 4);",
+                      f"    if (P4S_UNLIKELY(nbits > {vmax})) p4s_reject(&P->pipe, 4);",
                       "    const uint8_t *d = pkt->data + pkt->off;"]
             lines += [f"    h->{cid(f)} = {self.read_field(ft, off, 'd')};" for f, ft, off in before]
             lines += [f"    h->{cid(vb)}__n = (uint32_t)nbits;",

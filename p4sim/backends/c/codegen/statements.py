@@ -15,6 +15,9 @@ from ....frontend.types import ActionRunType, BitType, StackType, StructType, Ty
 from .common import CodeGen, Ctx, cid, composite, is_packet_out, literal, mask, unsupported, utype, vtype, width_of
 
 
+MAX_LOOP_ITERATIONS = 1 << 16      # as the Python backend's: a for loop that runs longer fails the packet
+
+
 def is_union_member(e: ast.Expr) -> bool:
     return isinstance(e, ast.Member) and isinstance(e.expr.type, StructType) and e.expr.type.kind == "header_union"
 
@@ -61,8 +64,67 @@ class StmtGen(CodeGen):
             self.switch(s, ctx)
         elif isinstance(s, ast.Empty):
             pass
+        elif isinstance(s, ast.For):
+            self.for_loop(s, ctx)
+        elif isinstance(s, ast.ForIn):
+            self.for_in_loop(s, ctx)
+        elif isinstance(s, ast.Break):
+            self.emit("break;")
+        elif isinstance(s, ast.Continue):
+            self.emit("continue;")
         else:
             raise unsupported(s, f"statement {type(s).__name__}")
+
+    def for_loop(self, s: ast.For, ctx: Ctx) -> None:
+        """As the Python backend: the update at the top of every iteration but the first (so
+        `continue` runs it), then the condition; a loop that never ends fails the packet."""
+        n, first = self.tmp("n"), self.tmp("first")
+        self.emit("{")
+        with self.indented():
+            for init in s.init:
+                self.stmt(init, ctx)
+            self.emit(f"uint32_t {n} = 0;")
+            self.emit(f"for (int {first} = 1;; {first} = 0) {{")
+            with self.indented():
+                where = f"{s.pos.file}:{s.pos.line}".replace("\\", "/").replace('"', "'")
+                self.emit(f'if (P4S_UNLIKELY(++{n} > {MAX_LOOP_ITERATIONS})) '
+                          f'p4s_fault(&P->pipe, "a for loop ran {MAX_LOOP_ITERATIONS} times (at {where})");')
+                if s.update:
+                    self.emit(f"if (!{first}) {{")
+                    with self.indented():
+                        for update in s.update:
+                            self.stmt(update, ctx)
+                    self.emit("}")
+                if s.cond is not None:
+                    self.emit(f"if (!{self.expr(s.cond, ctx)}) break;")
+                self.stmt(s.body, ctx)
+            self.emit("}")
+        self.emit("}")
+
+    def for_in_loop(self, s: ast.ForIn, ctx: Ctx) -> None:
+        """x takes each value of lo..hi (bounds evaluated once), or a copy of each element of
+        a stack in turn."""
+        sym = s.var._sym
+        c = s.collection
+        self.emit("{")
+        with self.indented():
+            if isinstance(c, ast.Range):
+                lo, hi, i = self.tmp("lo"), self.tmp("hi"), self.tmp("i")
+                self.emit(f"i128 {lo} = (i128){self.expr(c.lo, ctx)};")
+                self.emit(f"i128 {hi} = (i128){self.expr(c.hi, ctx)};")
+                self.emit(f"for (i128 {i} = {lo}; {i} <= {hi}; {i}++) {{")
+                value = f"({vtype(sym.type, s)}){i}"
+            else:
+                stack, i = self.tmp("st"), self.tmp("i")
+                self.emit(f"{self.ctype(c.type)} *{stack} = &{self.expr(c, ctx)};")
+                self.emit(f"for (int {i} = 0; {i} < {c.type.size}; {i}++) {{")
+                value = f"{stack}->e[{i}]"
+            with self.indented():
+                ct = self.ctype(sym.type) if composite(sym.type) else vtype(sym.type, s)
+                self.emit(f"{ct} {sym.pyname} = {value};")
+                self.stmt(s.body, ctx)
+            self.emit("}")
+        self.emit("}")
 
     def var_decl(self, s: ast.VarDecl, ctx: Ctx) -> None:
         sym = s._sym

@@ -379,8 +379,10 @@ static inline u128 p4s_peek128(p4s_pipe *p, const p4s_pkt *pkt, unsigned w) {
     if (P4S_UNLIKELY(pkt->len - pkt->off < n)) p4s_reject(p, 1);
     return p4s_be128(pkt->data + pkt->off, n) >> (n * 8 - w);
 }
-/* packet_in.advance(bits): whole bytes, PacketTooShort past the end. */
+/* packet_in.advance(bits): ParserInvalidArgument unless whole bytes (BMv2's ParserOpAdvance
+ * checks that first), then PacketTooShort past the end. */
 static inline void p4s_advance(p4s_pipe *p, p4s_pkt *pkt, u128 bits) {
+    if (P4S_UNLIKELY(bits & 7)) p4s_reject(p, 6);
     u128 n = bits >> 3;
     if (P4S_UNLIKELY(n > pkt->len - pkt->off)) p4s_reject(p, 1);
     pkt->off += (uint32_t)n;
