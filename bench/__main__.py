@@ -28,7 +28,7 @@ from topologies.fabric import Fabric, FabricError, FabricOptions
 from topologies.pieces import DEFAULT_PROGRAM, PieceError, compile_program, setup_controller
 from topologies.spec import TopologyError, star
 
-from .budget import budget_table, call_budget, call_time, numeric_stats
+from .budget import budget_table, call_budget, call_cpu, call_time, numeric_stats
 from .environment import describe_environment, unwritable
 from .mpi import ROOT_ENV, mpi_missing, mpirun_command, write_launcher
 
@@ -149,12 +149,17 @@ class Trials:
         return f"exit code {proc.poll()}, {path}: {lines[-1] if lines else '(empty)'}"
 
 
-def summarise(times: list[float], skews: list[float]) -> dict:
-    """Median, p99 and quartiles of one point's times, the times themselves, and the median
-    spread of the ranks' starts (not part of the times)."""
-    return {"times_s": times, "median_s": float(np.median(times)), "p99_s": float(np.percentile(times, 99)),
-            "q25_s": float(np.percentile(times, 25)), "q75_s": float(np.percentile(times, 75)),
-            "start_skew_median_s": float(np.median(skews))}
+def summarise(times: list[float], skews: list[float], cpus: list[float | None]) -> dict:
+    """Median, p99 and quartiles of one point's times, the times themselves, the median
+    spread of the ranks' starts (not part of the times), and the host CPU per call: seconds
+    of user + system time all workers' processes spent in it, summed over workers (each call's,
+    and their median)."""
+    out = {"times_s": times, "median_s": float(np.median(times)), "p99_s": float(np.percentile(times, 99)),
+           "q25_s": float(np.percentile(times, 25)), "q75_s": float(np.percentile(times, 75)),
+           "start_skew_median_s": float(np.median(skews))}
+    if cpus and all(c is not None for c in cpus):
+        out |= {"cpu_s": cpus, "cpu_per_call_s": float(np.median(cpus))}
+    return out
 
 
 def set_up(fabric: Fabric, plan: Plan, options: FabricOptions) -> Trials:
@@ -170,6 +175,7 @@ def bench_workers(n: int, plan: Plan, options: FabricOptions, progress: tqdm) ->
     """All sizes and repetitions for one worker count, on a fresh star of n hosts."""
     times: dict[tuple[str, int], list[float]] = {}
     skews: dict[tuple[str, int], list[float]] = {}
+    cpus: dict[tuple[str, int], list[float | None]] = {}
     totals: dict[tuple[str, int], dict[str, float]] = {}
     k = len(plan.algorithms)
     with Fabric(star(n), options) as fabric:
@@ -182,10 +188,11 @@ def bench_workers(n: int, plan: Plan, options: FabricOptions, progress: tqdm) ->
                     seconds, replies = trials.run(algorithm, size, seed=rep + 1)
                     times.setdefault((algorithm, size), []).append(seconds)
                     skews.setdefault((algorithm, size), []).append(call_time(replies)[1])
+                    cpus.setdefault((algorithm, size), []).append(call_cpu(replies))
                     add_counts(totals.setdefault((algorithm, size), {}), replies)
                     progress.update()
         trials.close()
-    return [{"algorithm": alg, "workers": n, "bytes": size, **summarise(ts, skews[(alg, size)]),
+    return [{"algorithm": alg, "workers": n, "bytes": size, **summarise(ts, skews[(alg, size)], cpus[(alg, size)]),
              "agent_totals": totals[(alg, size)]}
             for (alg, size), ts in sorted(times.items(), key=lambda kv: (kv[0][1], kv[0][0]))]
 

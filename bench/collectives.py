@@ -25,7 +25,7 @@ from topologies.spec import TopologyError, star
 
 from .__main__ import (ROOT, BenchError, Plan, _sizes, add_counts, add_trial_options, check_trial_options, set_up,
                        summarise)
-from .budget import call_time
+from .budget import call_cpu, call_time
 from .calls import ROOT as COLLECTIVE_ROOT
 from .environment import describe_environment, unwritable
 
@@ -47,6 +47,7 @@ def bench_collectives(plan: Plan, collectives: list[str], options: FabricOptions
     n = plan.workers[0]
     times: dict[tuple[str, str, int], list[float]] = {}
     skews: dict[tuple[str, str, int], list[float]] = {}
+    cpus: dict[tuple[str, str, int], list[float | None]] = {}
     checked: dict[tuple[str, str, int], int] = {}       # ranks' results found right by numpy
     totals: dict[tuple[str, str, int], dict[str, float]] = {}
     k = len(plan.algorithms)
@@ -62,11 +63,12 @@ def bench_collectives(plan: Plan, collectives: list[str], options: FabricOptions
                         key = (collective, algorithm, size)
                         times.setdefault(key, []).append(seconds)
                         skews.setdefault(key, []).append(call_time(replies)[1])
+                        cpus.setdefault(key, []).append(call_cpu(replies))
                         checked[key] = checked.get(key, 0) + sum(bool(r["ok"]) for r in replies)
                         add_counts(totals.setdefault(key, {}), replies)
                         progress.update()
         trials.close()
-    return [{"collective": c, "algorithm": a, "workers": n, "bytes": s, **summarise(ts, skews[(c, a, s)]),
+    return [{"collective": c, "algorithm": a, "workers": n, "bytes": s, **summarise(ts, skews[(c, a, s)], cpus[(c, a, s)]),
              "checked_results": checked[(c, a, s)], "agent_totals": totals[(c, a, s)]}
             for (c, a, s), ts in times.items()]
 

@@ -41,16 +41,18 @@ def run_trial(trial: dict, rank: int, workers: int, inc: Worker, ring: RingWorke
     try:
         # A one-element INC AllReduce releases all hosts within one multicast of each other.
         inc.allreduce(np.zeros(1, np.int32))
+        cpu = time.process_time()        # user + system of every thread (the ring's service thread too)
         start = time.perf_counter()
         result = calls.call(trial["collective"], agent, tensor)
         end = time.perf_counter()
+        cpu = time.process_time() - cpu
         # Early finishers wait here for the last one: their check and reply must not take the
         # CPU from workers still in the call (the cores are shared).
         inc.allreduce(np.zeros(1, np.int32))
     except IncError as err:
         return {"ok": False, "error": f"{type(err).__name__}: {err}"}
     ok = calls.is_right(result, trial, rank, workers)
-    return {"ok": ok, "start": start, "end": end, "error": None if ok else "result differs from numpy",
+    return {"ok": ok, "start": start, "end": end, "cpu_s": cpu, "error": None if ok else "result differs from numpy",
             "stats": call_stats(agent)}
 
 

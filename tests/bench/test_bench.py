@@ -74,6 +74,8 @@ def test_bench_in_mininet_writes_checked_runs_for_inc_ring_and_mpi(tmp_path):
     # The ring's own counts come back per point: 2(N-1) x chunks data packets per call, over both workers.
     ring = {r["bytes"]: r["agent_totals"] for r in runs if r["algorithm"] == "ring"}
     assert ring[256]["chunks"] == 2 * 2 * 2 and ring[131072]["chunks"] == 2 * 1024
+    # Every point records the CPU all workers' processes spent per call (MPI's ranks too).
+    assert all(len(r["cpu_s"]) == len(r["times_s"]) and r["cpu_per_call_s"] > 0 for r in runs)
     assert result["environment"]["versions"]["p4inc"] == head.stdout.strip()
     assert isinstance(result["environment"]["dirty"], bool)
 
@@ -102,3 +104,9 @@ def test_call_time_runs_from_the_last_rank_in_and_takes_mpi_ranks_from_one_reply
     workers = [{"start": 1.0, "end": 3.0}, {"start": 1.5, "end": 2.5}]
     assert budget.call_time(workers) == pytest.approx((1.5, 0.5))
     assert budget.call_time([{"ok": True, "ranks": workers}]) == pytest.approx((1.5, 0.5))
+
+
+def test_call_cpu_sums_every_rank_and_is_none_where_one_did_not_measure():
+    assert budget.call_cpu([{"cpu_s": 1e-4}, {"cpu_s": 3e-4}]) == pytest.approx(4e-4)
+    assert budget.call_cpu([{"ranks": [{"cpu_s": 1e-3}, {"cpu_s": 2e-3}]}]) == pytest.approx(3e-3)    # MPI's rank 0
+    assert budget.call_cpu([{"cpu_s": 1e-4}, {"start": 0.0}]) is None

@@ -1,0 +1,88 @@
+/* What the engine's files share and Python does not call. */
+#ifndef HOSTS_ENGINE_INTERNAL_H
+#define HOSTS_ENGINE_INTERNAL_H
+
+#define _GNU_SOURCE
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <netinet/in.h>
+
+#include "engine.h"
+
+/* docs/protocol.md: the header, its opcodes and flags (hosts/inc.py defines them for Python) */
+#define INC_HEADER_SIZE 16
+#define INC_VERSION 1
+#define OP_CONTRIB 1
+#define OP_RESULT 2
+#define OP_RING 3
+#define OP_RING_ACK 4
+#define OP_JOIN 5
+#define OP_ACK 6
+#define FLAG_OVERFLOW 0x01
+#define FLAG_RETRANSMIT 0x08
+#define COLL_BROADCAST 2
+#define COLL_BARRIER 3
+
+/* hosts/quantize.py */
+#define EXPONENT_MIN (-128)
+#define EXPONENT_MAX 127
+#define WIRE_BITS 30
+
+#define RECV_BUFFER 2048             /* bytes per datagram read, as hosts/transport.py's recvfrom */
+#define BATCH 64                     /* datagrams per sendmmsg / recvmmsg */
+#define SEND_PATIENCE_S 0.05         /* hosts/transport.py: a refused send waits this long, then is lost */
+
+double eng_now(void);
+
+void rto_init(eng_rto *r, double initial, double min_rto, double max_rto);
+void rto_sample(eng_rto *r, double rtt);
+double rto_backoff(eng_rto *r, double used);
+void cwnd_init(eng_cwnd *c, int64_t limit, double minimum);
+int64_t cwnd_allowed(const eng_cwnd *c);
+void cwnd_on_ack(eng_cwnd *c, int64_t seq);
+void cwnd_on_loss(eng_cwnd *c, int64_t highest_sent);
+void cwnd_on_timeout(eng_cwnd *c, int64_t highest_sent);
+
+/* The 16 header bytes, big-endian (hosts/inc.py pack_header). */
+typedef struct {
+    int opcode, flags, job_id, worker_id, count, pool_version, slot;
+    uint32_t seq;
+    int exponent, need, reduce_op, collective, root;
+} inc_header;
+
+void header_pack(const inc_header *h, uint8_t *out);
+void header_unpack(const uint8_t *in, inc_header *h);
+void put_be32(uint8_t *out, uint32_t v);
+uint32_t get_be32(const uint8_t *in);
+
+/* Batched datagrams on a non-blocking UDP socket. */
+typedef struct {
+    int fd;
+    eng_counters *counters;
+    struct mmsghdr msgs[BATCH];
+    struct iovec iov[BATCH];
+    struct sockaddr_in names[BATCH];
+    int count;
+} send_batch;
+
+typedef struct {
+    struct mmsghdr msgs[BATCH];
+    struct iovec iov[BATCH];
+    struct sockaddr_in names[BATCH];
+    uint8_t *buffers;                /* BATCH * RECV_BUFFER */
+} recv_batch;
+
+void batch_add(send_batch *b, const uint8_t *data, size_t len, const struct sockaddr_in *to);
+void batch_flush(send_batch *b);
+int recv_init(recv_batch *r);
+void recv_free(recv_batch *r);
+/* Up to BATCH datagrams, waiting at most `timeout` seconds (0: only what is there) for the first;
+   wake_fd (or -1) ends the wait early when readable. Returns how many, or -1 if interrupted. */
+int recv_some(recv_batch *r, int fd, double timeout, int wake_fd);
+const uint8_t *recv_data(const recv_batch *r, int i, int *len, const struct sockaddr_in **from);
+
+int quantize_scale(int num_workers, int exponent);
+int chunk_exponent(const double *row, int64_t k);
+
+#endif
