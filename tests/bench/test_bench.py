@@ -26,10 +26,12 @@ def test_p4sim_bench_counts_every_packet_and_output(tmp_path, workload, outputs_
 
 def test_host_bench_gets_the_tensor_back_over_both_transports(tmp_path):
     out = tmp_path / "host.json"
-    assert host.main(["--elements", "3000", "--calls", "2", "-o", str(out)]) == 0
+    assert host.main(["--elements", "3000", "--calls", "2", "--small-calls", "50", "-o", str(out)]) == 0
     results = json.loads(out.read_text())["results"]
     # 3000 elements are 94 chunks of 32; measure() raises if the echo's tensor differs.
-    assert {name: r["packets"] for name, r in results.items()} == {"in_process": 188, "udp_loopback": 188}
+    assert {name: (r["engine"], r["packets"]) for name, r in results.items()} == {
+        "in_process/python": ("python", 188), "udp_loopback/python": ("python", 188), "udp_loopback/c": ("c", 188)}
+    assert all(r["small_call_s"] > 0 and r["small_cpu_per_call_s"] > 0 for r in results.values())
 
 
 def test_bench_refuses_bad_arguments_with_usage():

@@ -24,6 +24,8 @@ from hosts.numerics import BFLOAT16
 from hosts.transport import UdpTransport
 from tests.hosts.bridge import UdpBridge, free_udp_port, loopback_ip
 from tests.hosts.conftest import Job, host, install_forwarding, install_job
+from tests.hosts.documented import exact_result, steady_exponents
+from tests.hosts.test_allreduce import wide_range
 
 LOSSY = Faults(loss=0.04, duplicate=0.04, reorder=0.1, max_delay=0.003, seed=5)
 N = 4
@@ -251,3 +253,26 @@ def test_without_a_compiler_the_worker_runs_python_and_says_why_once(monkeypatch
         transport.close()
         engine.library.cache_clear()
         engine.unavailable.cache_clear()
+
+
+def test_sends_the_kernel_refuses_are_dropped_counted_and_named_in_the_timeout(compiled: None) -> None:
+    """A broadcast address without SO_BROADCAST: every send fails (EACCES), none raises."""
+    transport = UdpTransport(("255.255.255.255", 9), ("127.0.0.1", 0))
+    worker = Worker(JobConfig(1, 0, 2, window=4, timeout=0.005, min_rto=0.005, give_up_after=0.1), transport)
+    try:
+        assert worker.engine == "c"
+        with pytest.raises(IncTimeoutError, match=r"the socket last refused a send: Permission denied \(errno 13\)"):
+            worker.allreduce(np.ones(100, np.int32))
+        stats = worker.last_stats
+        assert stats.send_drops == stats.packets_sent > 4 and transport.counters.dropped == stats.send_drops
+    finally:
+        worker.close()
+
+
+@pytest.mark.parametrize("dtype", [np.dtype(np.float32), BFLOAT16], ids=str)
+def test_a_repeated_float_call_on_the_engine_is_the_documented_sum_bit_for_bit(compiled: None, program: Program,
+                                                                              dtype: np.dtype) -> None:
+    inputs = wide_range(np.random.default_rng(9), N, 10, dtype)
+    run = run_job(program, ["c"] * N, [lambda wk, w: wk.allreduce(inputs[w])] * 2)
+    expected = exact_result(inputs, steady_exponents(inputs))
+    assert all(out.tobytes() == expected.tobytes() for out in run.results[1])

@@ -105,7 +105,7 @@ def test_rounding_to_the_dtype_is_numpy_s_and_ml_dtypes_(lib, dtype: np.dtype, d
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_nan_rounds_to_nan(lib, dtype: np.dtype) -> None:
-    got = narrow(lib, dtype, np.array([np.nan, -np.nan, np.frombuffer(bytes.fromhex("01000000000000ff"), "<f8")[0]]))
+    got = narrow(lib, dtype, np.array([np.nan, -np.nan, np.frombuffer(bytes.fromhex("010000000000f07f"), "<f8")[0]]))
     assert np.isnan(got.view(dtype).astype(np.float64)).all()
 
 
