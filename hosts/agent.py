@@ -15,7 +15,7 @@ import os
 import time
 from collections import deque
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -161,63 +161,71 @@ class _IncEngine:
         e.cwnd.limit, e.cwnd.decrease, e.cwnd.minimum = cwnd.limit, cwnd.decrease, cwnd.minimum
         e.cwnd.cwnd, e.cwnd.ssthresh = cwnd.cwnd, cwnd.ssthresh
         self.call = ffi.new("inc_call *")
+        # Views into the C structs, made once (each one is an object).
+        self.rto, self.cwnd, self.counters, self.stats = e.rto, e.cwnd, e.counters, self.call.stats
+        self.k = cfg.elements_per_packet
+        self.bad = np.empty(0, np.int64)          # the chunks an error names, grown as calls need
+        self.bad_c = ffi.NULL
 
     def run(self, kind: int, array: np.ndarray, roots: np.ndarray | None, collective: int,
             reduce_op: int) -> np.ndarray:
         """One call: the flat result (int32 words for _GATHER), or the error the Python path raises."""
-        ffi, lib, e, c, worker = self.ffi, self.lib, self.e, self.call, self.worker
-        k = e.k
+        ffi, e, c, worker, k = self.ffi, self.e, self.call, self.worker, self.k
         data = np.ascontiguousarray(array).reshape(-1)
         out = np.empty(data.size, data.dtype)
-        bad = np.empty(-(-data.size // k), np.int64)
-        keep = [ffi.from_buffer(data.view(np.uint8)), ffi.from_buffer(out.view(np.uint8)),
-                ffi.from_buffer("int64_t[]", bad)]
+        chunks = -(-data.size // k)
+        if self.bad.size < chunks:
+            self.bad = np.empty(chunks, np.int64)
+            self.bad_c = ffi.from_buffer("int64_t[]", self.bad)
+        data_c, out_c = ffi.from_buffer(data), ffi.from_buffer(out)
+        roots_c = ffi.NULL if roots is None else ffi.from_buffer("uint8_t[]", np.asarray(roots, np.uint8))
         c.kind, c.dtype, c.collective, c.reduce_op = kind, engine.DTYPES[data.dtype], collective, reduce_op
-        c.data, c.out, c.bad_chunks, c.size = keep[0], keep[1], keep[2], data.size
-        if roots is None:
-            c.roots = ffi.NULL
-        else:
-            keep.append(ffi.from_buffer("uint8_t[]", np.asarray(roots, np.uint8)))
-            c.roots = keep[-1]
-        waits, dropped, samples = e.counters.waits, e.counters.dropped, e.rto.samples
+        c.data, c.out, c.roots, c.bad_chunks, c.size = data_c, out_c, roots_c, self.bad_c, data.size
+        rto, counters = self.rto, self.counters
+        waits, dropped, samples = counters.waits, counters.dropped, rto.samples
         e.next_seq = worker.next_seq
-        status = lib.inc_run(e, c)
+        status = self.lib.inc_run(e, c)
         worker.next_seq = e.next_seq
         self._refresh(worker)
-        counters = worker.transport.counters
-        counters.waits += e.counters.waits - waits
-        counters.dropped += e.counters.dropped - dropped
-        if e.counters.dropped != dropped:
-            counters.last_error = f"{os.strerror(e.counters.last_errno)} (errno {e.counters.last_errno})"
-        st = c.stats
+        waits, dropped = counters.waits - waits, counters.dropped - dropped
+        if waits or dropped:
+            sent = worker.transport.counters
+            sent.waits += waits
+            sent.dropped += dropped
+            if dropped:
+                sent.last_error = f"{os.strerror(counters.last_errno)} (errno {counters.last_errno})"
+        st = self.stats
         worker.last_stats = CallStats(
-            _dtype_name(array.dtype), int(data.size), len(bad), st.packets_sent, st.retransmits, st.fast_retransmits,
-            st.timeouts, st.results, st.duplicate_results, st.redone_chunks, e.counters.waits - waits,
-            e.counters.dropped - dropped, e.rto.samples - samples, worker.rto.srtt,
-            st.first_result_s if st.has_first_result else None, e.rto.rto, e.cwnd.cwnd, st.setup_s, st.exponent_s,
-            st.send_s, st.wait_s, st.retransmit_s, st.finish_s, st.total_s)
-        if status == lib.ENG_OK:
+            _dtype_name(array.dtype), data.size, chunks, st.packets_sent, st.retransmits, st.fast_retransmits,
+            st.timeouts, st.results, st.duplicate_results, st.redone_chunks, waits, dropped, rto.samples - samples,
+            worker.rto.srtt, st.first_result_s if st.has_first_result else None, worker.rto.rto, worker.cwnd.cwnd,
+            st.setup_s, st.exponent_s, st.send_s, st.wait_s, st.retransmit_s, st.finish_s, st.total_s)
+        if status == 0:                       # ENG_OK
             return out
-        chunks = bad[:c.bad_count].tolist()
+        return self._raise(status, array.dtype)
+
+    def _raise(self, status: int, dtype: np.dtype) -> NoReturn:
+        lib, c, k = self.lib, self.call, self.k
+        chunks = self.bad[:c.bad_count].tolist()
         if status == lib.ENG_TIMEOUT:
-            raise worker._timeout_error(c.timeout_seq, c.timeout_chunk, c.timeout_waited, c.timeout_sends)
+            raise self.worker._timeout_error(c.timeout_seq, c.timeout_chunk, c.timeout_waited, c.timeout_sends)
         if status == lib.ENG_INT32_OVERFLOW:
             raise int32_overflow(chunks, k)
         if status == lib.ENG_NOT_A_NUMBER:
-            raise not_a_number(chunks, array.dtype, k)
+            raise not_a_number(chunks, dtype, k)
         if status == lib.ENG_FLOAT_OVERFLOW:
-            raise float_overflow(chunks, array.dtype, k)
+            raise float_overflow(chunks, dtype, k)
         if status == lib.ENG_BEYOND_RANGE:
-            raise beyond_range(chunks, array.dtype, k)
+            raise beyond_range(chunks, dtype, k)
         raise MemoryError("no memory for the compiled engine's call")
 
     def _refresh(self, worker: Worker) -> None:
         """The worker's `rto` and `cwnd`, as the engine left them."""
-        rto, cwnd, e = worker.rto, worker.cwnd, self.e
-        rto.srtt = e.rto.srtt if e.rto.has_srtt else None
-        rto.rttvar, rto.rto, rto.samples = e.rto.rttvar, e.rto.rto, e.rto.samples
-        cwnd.cwnd, cwnd.ssthresh, cwnd.losses = e.cwnd.cwnd, e.cwnd.ssthresh, e.cwnd.losses
-        cwnd._recover = e.cwnd.recover if e.cwnd.has_recover else None
+        rto, cwnd, c_rto, c_cwnd = worker.rto, worker.cwnd, self.rto, self.cwnd
+        rto.srtt = c_rto.srtt if c_rto.has_srtt else None
+        rto.rttvar, rto.rto, rto.samples = c_rto.rttvar, c_rto.rto, c_rto.samples
+        cwnd.cwnd, cwnd.ssthresh, cwnd.losses = c_cwnd.cwnd, c_cwnd.ssthresh, c_cwnd.losses
+        cwnd._recover = c_cwnd.recover if c_cwnd.has_recover else None
 
 
 @dataclass(slots=True)

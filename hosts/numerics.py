@@ -43,9 +43,12 @@ class SumCheck:
     correct: bool
 
 
+_REDUCE_CODES = {name: code for code, name in REDUCE_OPS.items()}
+
+
 def reduce_op(op: str, dtype: np.dtype) -> int:
     """The header's reduce_op for `op` on `dtype`; TypeError or ValueError if there is none."""
-    codes = {name: code for code, name in REDUCE_OPS.items()}
+    codes = _REDUCE_CODES
     if op not in codes:
         raise ValueError(f"op must be one of {', '.join(codes)}, not {op!r}")
     if dtype not in REDUCE_DTYPES[op]:
