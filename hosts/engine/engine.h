@@ -50,6 +50,9 @@ typedef struct {
     int16_t *basis;                  /* the last float call's agreed exponents (NULL before one) */
     int64_t basis_len;
     eng_counters counters;
+    void *scratch;                   /* the calls' memory, kept from call to call (grown as needed) */
+    size_t scratch_size;
+    void *receive;                   /* the datagrams' buffers */
 } inc_engine;
 
 /* One call: what to send (kind, dtype, data, roots) and what came of it. */

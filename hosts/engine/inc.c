@@ -38,7 +38,7 @@ typedef struct {
     double first_sent, started;
     struct sockaddr_in agg;
     send_batch out;
-    recv_batch in;
+    recv_batch *in;
     int64_t bad_count;               /* chunks with OVERFLOW (int32, ordered, gather) */
     /* ordered: the wire words; its NaN chunks */
     int32_t *words;
@@ -341,6 +341,7 @@ static void exchange(call_t *t)
     int64_t first_seq = (int64_t)e->next_seq;
     double last_progress = eng_now();
     double wake = INFINITY;          /* no timer is due before it; a stale one only wakes the loop early */
+    int drained = 0;                 /* the last read emptied the socket */
     stats->setup_s = last_progress - t->started;
     for (;;) {
         /* Item j reuses item j - window's slot: it may go once items up to that one are answered. */
@@ -381,12 +382,13 @@ static void exchange(call_t *t)
         /* Results already here come first: a worker that was not scheduled for a while must
            not take its own lateness for the switch's. */
         t0 = eng_now();
-        int got = recv_some(&t->in, e->fd, fmax(0.0, wake - t0), -1);
+        int got = recv_some(t->in, e->fd, fmax(0.0, wake - t0), -1, drained);
+        drained = got < BATCH;
         int progress = 0;
         for (int i = 0; i < got; i++) {
             int len;
             const struct sockaddr_in *from;
-            const uint8_t *data = recv_data(&t->in, i, &len, &from);
+            const uint8_t *data = recv_data(t->in, i, &len, &from);
             if (from->sin_addr.s_addr != t->agg.sin_addr.s_addr || from->sin_port != t->agg.sin_port)
                 continue;            /* another host sending look-alike results straight to this worker */
             item_t *it = take_result(t, data, len);
@@ -503,14 +505,30 @@ int inc_run(inc_engine *e, inc_call *c)
     int64_t max_items = is_float ? 2 * t.m : t.m;
     t.slots = max_items < e->window ? max_items : e->window;
     size_t packet = (size_t)(INC_HEADER_SIZE + 4 * t.k);
-    /* One allocation for the call: sizes first, then the pointers into it. */
-    size_t need = 0;
-    for (int pass = 0; pass < 2; pass++) {
-        uint8_t *arena = pass ? malloc(need) : NULL;
-        if (pass && arena == NULL) {
+    if (e->receive == NULL) {
+        recv_batch *in = malloc(sizeof *in);
+        if (in == NULL || recv_init(in) != 0) {
+            free(in);
             c->status = ENG_NO_MEMORY;
             return c->status;
         }
+        e->receive = in;
+    }
+    t.in = e->receive;
+    /* The call's memory, in one block kept by the engine: sizes first, then the pointers into it. */
+    size_t need = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass && need > e->scratch_size) {
+            free(e->scratch);
+            e->scratch_size = 0;
+            e->scratch = malloc(need);
+            if (e->scratch == NULL) {
+                c->status = ENG_NO_MEMORY;
+                return c->status;
+            }
+            e->scratch_size = need;
+        }
+        uint8_t *arena = pass ? e->scratch : NULL;
         size_t used = 0;
         TAKE(t.items, t.slots);
         uint8_t *payloads;
@@ -542,11 +560,6 @@ int inc_run(inc_engine *e, inc_call *c)
         for (int64_t i = 0; i < t.slots; i++)
             t.items[i].payload = payloads + (size_t)i * packet;
         memset(t.sums, 0, (size_t)(t.m * t.k) * sizeof *t.sums);   /* zeros stay where only an ACK came back */
-        if (recv_init(&t.in) != 0) {
-            free(arena);
-            c->status = ENG_NO_MEMORY;
-            return c->status;
-        }
         t.agg = (struct sockaddr_in){.sin_family = AF_INET, .sin_port = e->agg_port, .sin_addr.s_addr = e->agg_addr};
         t.out = (send_batch){.fd = e->fd, .counters = &e->counters};
         if (c->kind == ENG_KIND_ORDERED) {
@@ -577,8 +590,6 @@ int inc_run(inc_engine *e, inc_call *c)
         e->next_seq += (uint64_t)t.next_item;
         if (c->status == ENG_OK)
             (is_float ? finish_float : finish_words)(&t);
-        recv_free(&t.in);
-        free(arena);
     }
     c->stats.total_s = eng_now() - t.started;
     return c->status;
@@ -597,5 +608,9 @@ void inc_free(inc_engine *e)
     if (e == NULL)
         return;
     free(e->basis);
+    free(e->scratch);
+    if (e->receive != NULL)
+        recv_free(e->receive);
+    free(e->receive);
     free(e);
 }

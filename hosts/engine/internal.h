@@ -78,8 +78,10 @@ void batch_flush(send_batch *b);
 int recv_init(recv_batch *r);
 void recv_free(recv_batch *r);
 /* Up to BATCH datagrams, waiting at most `timeout` seconds (0: only what is there) for the first;
-   wake_fd (or -1) ends the wait early when readable. Returns how many, or -1 if interrupted. */
-int recv_some(recv_batch *r, int fd, double timeout, int wake_fd);
+   wake_fd (or -1) ends the wait early when readable. Returns how many, or -1 if interrupted.
+   `drained`: the last read found the socket empty, so wait before reading (one system call
+   fewer per datagram when they come one at a time). */
+int recv_some(recv_batch *r, int fd, double timeout, int wake_fd, int drained);
 const uint8_t *recv_data(const recv_batch *r, int i, int *len, const struct sockaddr_in **from);
 
 int quantize_scale(int num_workers, int exponent);

@@ -146,11 +146,13 @@ void recv_free(recv_batch *r)
     r->buffers = NULL;
 }
 
-int recv_some(recv_batch *r, int fd, double timeout, int wake_fd)
+int recv_some(recv_batch *r, int fd, double timeout, int wake_fd, int drained)
 {
     for (int i = 0; i < BATCH; i++)
         r->msgs[i].msg_hdr.msg_namelen = sizeof r->names[i];
-    int got = recvmmsg(fd, r->msgs, BATCH, MSG_DONTWAIT, NULL);
+    int got = 0;
+    if (!drained || timeout <= 0)
+        got = recvmmsg(fd, r->msgs, BATCH, MSG_DONTWAIT, NULL);
     if (got > 0)
         return got;
     if (timeout <= 0)
