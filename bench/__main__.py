@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from hosts.engine import ENGINES
 from hosts.inc import INC_K
 from topologies.fabric import Fabric, FabricError, FabricOptions
 from topologies.pieces import DEFAULT_PROGRAM, PieceError, compile_program, setup_controller
@@ -55,6 +56,7 @@ class Plan:
     timeout: float
     trial_timeout: float
     target: str
+    engine: str = "c"           # the INC and ring agents' engine (hosts/engine), the same for both
 
     def reps_for(self, size: int) -> int:
         return self.reps if size <= SMALL_BYTES else self.reps_large
@@ -72,7 +74,8 @@ class Trials:
         self.procs = [
             self._start(fabric, host, f"bench-{host}", [
                 sys.executable, "-m", "bench.worker", "--job-id", str(job.job_id), "--rank", str(rank),
-                "--peers", peers, "--window", str(plan.window), "--timeout", str(plan.timeout)])
+                "--peers", peers, "--window", str(plan.window), "--timeout", str(plan.timeout),
+                "--engine", plan.engine])
             for rank, host in enumerate(job.workers)]
         self.mpi: list[subprocess.Popen] = []
         if "mpi" in plan.algorithms:
@@ -238,6 +241,8 @@ def add_trial_options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--trial-timeout", type=float, default=600.0,
                     help="give up on a trial after this many seconds")
     ap.add_argument("--target", choices=("p4sim", "bmv2"), default=os.environ.get("TARGET", "p4sim"))
+    ap.add_argument("--engine", choices=ENGINES, default="c",
+                    help="the INC and ring agents' engine: c, compiled (default), or python, the reference")
 
 
 def check_trial_options(ap: argparse.ArgumentParser, args: argparse.Namespace, workers: list[int]) -> None:
@@ -292,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     environment = describe_environment(args.target)
     plan = Plan(args.workers, args.sizes, args.reps, args.reps_large, tuple(args.algorithms), args.dtype,
-                args.window, args.timeout, args.trial_timeout, args.target)
+                args.window, args.timeout, args.trial_timeout, args.target, args.engine)
     options = FabricOptions(target=args.target, build_dir=ROOT / "build" / "bench")
     started = time.monotonic()
     total = (len(plan.workers) * plan.reps if args.budget
@@ -306,6 +311,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     config = {"payload_bytes": 4 * INC_K, "elements_per_packet": INC_K, "dtype": plan.dtype,
               "window": plan.window, "timeout_s": plan.timeout, "reps": plan.reps, "reps_large": plan.reps_large,
+              "engine": plan.engine,
               "algorithms": list(plan.algorithms), "workers": plan.workers, "sizes": plan.sizes,
               "duration_s": time.monotonic() - started,
               "command": "python -m bench " + " ".join(argv if argv is not None else sys.argv[1:])}

@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     environment = describe_environment(args.target)
     sizes = args.sizes or DEFAULT_SIZES
     plan = Plan([args.workers], sizes, args.reps, args.reps_large, ("inc", "ring"), args.dtype,
-                args.window, args.timeout, args.trial_timeout, args.target)
+                args.window, args.timeout, args.trial_timeout, args.target, args.engine)
     options = FabricOptions(target=args.target, build_dir=ROOT / "build" / "bench")
     started, load_before = time.monotonic(), os.getloadavg()
     total = 2 * sum(plan.reps_for(s) for c in args.collectives for s in ([0] if c == "barrier" else sizes))
@@ -135,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     config = {"payload_bytes": 4 * INC_K, "elements_per_packet": INC_K, "dtype": plan.dtype,
               "window": plan.window, "timeout_s": plan.timeout, "reps": plan.reps, "reps_large": plan.reps_large,
+              "engine": plan.engine,
               "workers": args.workers, "sizes": sizes, "collectives": args.collectives, "root": COLLECTIVE_ROOT,
               "baselines": {c: BASELINES[c] for c in args.collectives},
               # The machine's 1, 5 and 15 minute load averages: other work on it slows both sides.
