@@ -5,6 +5,8 @@ switch's other collectives go the same way, told apart by the header's collectiv
 timers and window adapt to what it measures (hosts/pacing.py); it reports int32 overflow
 instead of returning a wrong sum, and each call's counts and times in `Worker.last_stats`.
 float16 and bfloat16 go the float32 way (block floating point) and are rounded back once.
+This module is the reference; on a kernel UDP socket the calls run in the compiled engine
+(hosts/engine), which sends the same packets.
 """
 from __future__ import annotations
 
@@ -131,101 +133,6 @@ class CallStats:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-# What kind of call the compiled engine runs (hosts/engine/engine.h ENG_KIND_*).
-_INT32, _ORDERED, _GATHER, _FLOAT = 0, 1, 2, 3
-
-
-class _IncEngine:
-    """A Worker's calls in the compiled engine (hosts/engine/inc.c): the C state of the worker
-    (job, timers, window, last float call's exponents) and one call at a time through it."""
-
-    def __init__(self, worker: Worker) -> None:
-        built = engine.library()
-        self.ffi, self.lib = ffi, lib = built.ffi, built.lib
-        self.worker = worker
-        cfg, transport = worker.config, worker.transport
-        assert isinstance(transport, UdpTransport)
-        self.e = e = ffi.gc(lib.inc_new(), lib.inc_free)
-        if e == ffi.NULL:
-            raise MemoryError("no memory for the compiled engine")
-        e.fd = transport.sock.fileno()
-        e.agg_addr, e.agg_port = engine.address(*transport.aggregator)
-        e.job_id, e.worker_id, e.num_workers = cfg.job_id, cfg.worker_id, cfg.num_workers
-        e.window, e.k, e.give_up_after = cfg.window, cfg.elements_per_packet, cfg.give_up_after
-        e.exponent_slack, e.exponent_margin = cfg.exponent_slack, cfg.exponent_margin
-        rto, cwnd = worker.rto, worker.cwnd
-        e.rto.initial, e.rto.min_rto, e.rto.max_rto = rto.initial, rto.min_rto, rto.max_rto
-        e.rto.min_variance, e.rto.rto = rto.min_variance, rto.rto
-        e.cwnd.limit, e.cwnd.decrease, e.cwnd.minimum = cwnd.limit, cwnd.decrease, cwnd.minimum
-        e.cwnd.cwnd, e.cwnd.ssthresh = cwnd.cwnd, cwnd.ssthresh
-        self.call = ffi.new("inc_call *")
-        # Views into the C structs, made once (each one is an object).
-        self.rto, self.cwnd, self.counters, self.stats = e.rto, e.cwnd, e.counters, self.call.stats
-        self.k = cfg.elements_per_packet
-        self.bad = np.empty(0, np.int64)          # the chunks an error names, grown as calls need
-        self.bad_c = ffi.NULL
-
-    def run(self, kind: int, array: np.ndarray, roots: np.ndarray | None, collective: int,
-            reduce_op: int) -> np.ndarray:
-        """One call: the flat result (int32 words for _GATHER), or the error the Python path raises."""
-        ffi, e, c, worker, k = self.ffi, self.e, self.call, self.worker, self.k
-        data = np.ascontiguousarray(array).reshape(-1)
-        out = np.empty(data.size, data.dtype)
-        chunks = -(-data.size // k)
-        if self.bad.size < chunks:
-            self.bad = np.empty(chunks, np.int64)
-            self.bad_c = ffi.from_buffer("int64_t[]", self.bad)
-        data_c, out_c = ffi.from_buffer(data), ffi.from_buffer(out)
-        roots_c = ffi.NULL if roots is None else ffi.from_buffer("uint8_t[]", np.asarray(roots, np.uint8))
-        c.kind, c.dtype, c.collective, c.reduce_op = kind, engine.DTYPES[data.dtype], collective, reduce_op
-        c.data, c.out, c.roots, c.bad_chunks, c.size = data_c, out_c, roots_c, self.bad_c, data.size
-        rto, counters = self.rto, self.counters
-        waits, dropped, samples = counters.waits, counters.dropped, rto.samples
-        e.next_seq = worker.next_seq
-        status = self.lib.inc_run(e, c)
-        worker.next_seq = e.next_seq
-        self._refresh(worker)
-        waits, dropped = counters.waits - waits, counters.dropped - dropped
-        if waits or dropped:
-            sent = worker.transport.counters
-            sent.waits += waits
-            sent.dropped += dropped
-            if dropped:
-                sent.last_error = f"{os.strerror(counters.last_errno)} (errno {counters.last_errno})"
-        st = self.stats
-        worker.last_stats = CallStats(
-            _dtype_name(array.dtype), data.size, chunks, st.packets_sent, st.retransmits, st.fast_retransmits,
-            st.timeouts, st.results, st.duplicate_results, st.redone_chunks, waits, dropped, rto.samples - samples,
-            worker.rto.srtt, st.first_result_s if st.has_first_result else None, worker.rto.rto, worker.cwnd.cwnd,
-            st.setup_s, st.exponent_s, st.send_s, st.wait_s, st.retransmit_s, st.finish_s, st.total_s)
-        if status == 0:                       # ENG_OK
-            return out
-        return self._raise(status, array.dtype)
-
-    def _raise(self, status: int, dtype: np.dtype) -> NoReturn:
-        lib, c, k = self.lib, self.call, self.k
-        chunks = self.bad[:c.bad_count].tolist()
-        if status == lib.ENG_TIMEOUT:
-            raise self.worker._timeout_error(c.timeout_seq, c.timeout_chunk, c.timeout_waited, c.timeout_sends)
-        if status == lib.ENG_INT32_OVERFLOW:
-            raise int32_overflow(chunks, k)
-        if status == lib.ENG_NOT_A_NUMBER:
-            raise not_a_number(chunks, dtype, k)
-        if status == lib.ENG_FLOAT_OVERFLOW:
-            raise float_overflow(chunks, dtype, k)
-        if status == lib.ENG_BEYOND_RANGE:
-            raise beyond_range(chunks, dtype, k)
-        raise MemoryError("no memory for the compiled engine's call")
-
-    def _refresh(self, worker: Worker) -> None:
-        """The worker's `rto` and `cwnd`, as the engine left them."""
-        rto, cwnd, c_rto, c_cwnd = worker.rto, worker.cwnd, self.rto, self.cwnd
-        rto.srtt = c_rto.srtt if c_rto.has_srtt else None
-        rto.rttvar, rto.rto, rto.samples = c_rto.rttvar, c_rto.rto, c_rto.samples
-        cwnd.cwnd, cwnd.ssthresh, cwnd.losses = c_cwnd.cwnd, c_cwnd.ssthresh, c_cwnd.losses
-        cwnd._recover = c_cwnd.recover if c_cwnd.has_recover else None
 
 
 @dataclass(slots=True)
@@ -538,6 +445,101 @@ class Worker:
         stats.final_window = self.cwnd.cwnd
         stats.total_s = time.monotonic() - call.started
         self.last_stats = stats
+
+
+# What kind of call the compiled engine runs (hosts/engine/engine.h ENG_KIND_*).
+_INT32, _ORDERED, _GATHER, _FLOAT = 0, 1, 2, 3
+
+
+class _IncEngine:
+    """A Worker's calls in the compiled engine (hosts/engine/inc.c): the C state of the worker
+    (job, timers, window, last float call's exponents) and one call at a time through it."""
+
+    def __init__(self, worker: Worker) -> None:
+        built = engine.library()
+        self.ffi, self.lib = ffi, lib = built.ffi, built.lib
+        self.worker = worker
+        cfg, transport = worker.config, worker.transport
+        assert isinstance(transport, UdpTransport)
+        self.e = e = ffi.gc(lib.inc_new(), lib.inc_free)
+        if e == ffi.NULL:
+            raise MemoryError("no memory for the compiled engine")
+        e.fd = transport.sock.fileno()
+        e.agg_addr, e.agg_port = engine.address(*transport.aggregator)
+        e.job_id, e.worker_id, e.num_workers = cfg.job_id, cfg.worker_id, cfg.num_workers
+        e.window, e.k, e.give_up_after = cfg.window, cfg.elements_per_packet, cfg.give_up_after
+        e.exponent_slack, e.exponent_margin = cfg.exponent_slack, cfg.exponent_margin
+        rto, cwnd = worker.rto, worker.cwnd
+        e.rto.initial, e.rto.min_rto, e.rto.max_rto = rto.initial, rto.min_rto, rto.max_rto
+        e.rto.min_variance, e.rto.rto = rto.min_variance, rto.rto
+        e.cwnd.limit, e.cwnd.decrease, e.cwnd.minimum = cwnd.limit, cwnd.decrease, cwnd.minimum
+        e.cwnd.cwnd, e.cwnd.ssthresh = cwnd.cwnd, cwnd.ssthresh
+        self.call = ffi.new("inc_call *")
+        # Views into the C structs, made once (each one is an object).
+        self.rto, self.cwnd, self.counters, self.stats = e.rto, e.cwnd, e.counters, self.call.stats
+        self.k = cfg.elements_per_packet
+        self.bad = np.empty(0, np.int64)          # the chunks an error names, grown as calls need
+        self.bad_c = ffi.NULL
+
+    def run(self, kind: int, array: np.ndarray, roots: np.ndarray | None, collective: int,
+            reduce_op: int) -> np.ndarray:
+        """One call: the flat result (int32 words for _GATHER), or the error the Python path raises."""
+        ffi, e, c, worker, k = self.ffi, self.e, self.call, self.worker, self.k
+        data = np.ascontiguousarray(array).reshape(-1)
+        out = np.empty(data.size, data.dtype)
+        chunks = -(-data.size // k)
+        if self.bad.size < chunks:
+            self.bad = np.empty(chunks, np.int64)
+            self.bad_c = ffi.from_buffer("int64_t[]", self.bad)
+        data_c, out_c = ffi.from_buffer(data), ffi.from_buffer(out)
+        roots_c = ffi.NULL if roots is None else ffi.from_buffer("uint8_t[]", np.asarray(roots, np.uint8))
+        c.kind, c.dtype, c.collective, c.reduce_op = kind, engine.DTYPES[data.dtype], collective, reduce_op
+        c.data, c.out, c.roots, c.bad_chunks, c.size = data_c, out_c, roots_c, self.bad_c, data.size
+        rto, counters = self.rto, self.counters
+        waits, dropped, samples = counters.waits, counters.dropped, rto.samples
+        e.next_seq = worker.next_seq
+        status = self.lib.inc_run(e, c)
+        worker.next_seq = e.next_seq
+        self._refresh(worker)
+        waits, dropped = counters.waits - waits, counters.dropped - dropped
+        if waits or dropped:
+            sent = worker.transport.counters
+            sent.waits += waits
+            sent.dropped += dropped
+            if dropped:
+                sent.last_error = f"{os.strerror(counters.last_errno)} (errno {counters.last_errno})"
+        st = self.stats
+        worker.last_stats = CallStats(
+            _dtype_name(array.dtype), data.size, chunks, st.packets_sent, st.retransmits, st.fast_retransmits,
+            st.timeouts, st.results, st.duplicate_results, st.redone_chunks, waits, dropped, rto.samples - samples,
+            worker.rto.srtt, st.first_result_s if st.has_first_result else None, worker.rto.rto, worker.cwnd.cwnd,
+            st.setup_s, st.exponent_s, st.send_s, st.wait_s, st.retransmit_s, st.finish_s, st.total_s)
+        if status == 0:                       # ENG_OK
+            return out
+        return self._raise(status, array.dtype)
+
+    def _raise(self, status: int, dtype: np.dtype) -> NoReturn:
+        lib, c, k = self.lib, self.call, self.k
+        chunks = self.bad[:c.bad_count].tolist()
+        if status == lib.ENG_TIMEOUT:
+            raise self.worker._timeout_error(c.timeout_seq, c.timeout_chunk, c.timeout_waited, c.timeout_sends)
+        if status == lib.ENG_INT32_OVERFLOW:
+            raise int32_overflow(chunks, k)
+        if status == lib.ENG_NOT_A_NUMBER:
+            raise not_a_number(chunks, dtype, k)
+        if status == lib.ENG_FLOAT_OVERFLOW:
+            raise float_overflow(chunks, dtype, k)
+        if status == lib.ENG_BEYOND_RANGE:
+            raise beyond_range(chunks, dtype, k)
+        raise MemoryError("no memory for the compiled engine's call")
+
+    def _refresh(self, worker: Worker) -> None:
+        """The worker's `rto` and `cwnd`, as the engine left them."""
+        rto, cwnd, c_rto, c_cwnd = worker.rto, worker.cwnd, self.rto, self.cwnd
+        rto.srtt = c_rto.srtt if c_rto.has_srtt else None
+        rto.rttvar, rto.rto, rto.samples = c_rto.rttvar, c_rto.rto, c_rto.samples
+        cwnd.cwnd, cwnd.ssthresh, cwnd.losses = c_cwnd.cwnd, c_cwnd.ssthresh, c_cwnd.losses
+        cwnd._recover = c_cwnd.recover if c_cwnd.has_recover else None
 
 
 class _Call:

@@ -6,7 +6,8 @@ chunks, as TCP does), fast retransmission of a hole, and the INC agent's measure
 retransmission timeout and congestion window (hosts/pacing.py); the switch only forwards.
 The same ring gives the baselines of the switch's other collectives: ReduceScatter and
 AllGather are its two halves, Broadcast and Reduce pipelines along it, Barrier a one-element
-AllReduce.
+AllReduce. Like the INC agent, on a kernel UDP socket it runs in the compiled engine
+(hosts/engine), with the same packets, so the two compare algorithms, not languages.
 """
 from __future__ import annotations
 
