@@ -30,7 +30,7 @@ __all__ = ["BuildError", "ENGINES", "DTYPES", "library", "unavailable", "address
 @functools.lru_cache(maxsize=1)
 def library() -> Built:
     """The engine, built (or found in the cache) and loaded once per process."""
-    sources = {name: (HERE / name).read_text() for name in SOURCES if (HERE / name).exists()}
+    sources = {name: (HERE / name).read_text() for name in SOURCES}
     return build("hosts-engine", sources, sources["engine.h"])
 
 
