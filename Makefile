@@ -1,5 +1,6 @@
 # p4inc's front door, after the P4 tutorials' Makefile: `make setup`, then
-# `make run` (Mininet CLI), `make demo`, `make test`, `make bench`, `make stop`, `make clean`.
+# `make run` (Mininet CLI), `make demo`, `make test`, `make bench`, `make stop` (ALL=1: every
+# fabric on the machine), `make clean`.
 # Mininet needs root. Choose the target with TARGET=p4sim (default) or TARGET=bmv2.
 
 SHELL := /bin/bash
@@ -9,6 +10,10 @@ HOSTS ?= 4
 BUILD_DIR ?= build
 # SLOW=bmv2 (or bmv2-tenth): p4sim serves packets as slowly as BMv2's default build (or a tenth).
 SLOW ?=
+# P4SIM_BACKEND=python (or c): p4sim's backend in every switch and test that make starts
+# (default: c where a C compiler is present, else python).
+P4SIM_BACKEND ?=
+export P4SIM_BACKEND
 RESULTS ?= results
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
@@ -17,6 +22,10 @@ VENV := .venv
 PY := $(VENV)/bin/python
 # Written after a successful pip install; pip runs again only when requirements.txt changes.
 VENV_STAMP := $(VENV)/.p4inc-requirements
+# TORCH=1: also install the optional PyTorch extra (requirements-torch.txt: the p4inc
+# torch.distributed backend, its tests and `make demo-tp TP_IMPL=torch`); without it those skip.
+TORCH ?=
+TORCH_STAMP := $(VENV)/.p4inc-requirements-torch
 # Debian packages: Mininet's mnexec and mn, the tools Mininet hosts use, cpp for p4sim's
 # preprocessor, nftables for link loss (this kernel has no netem), python3-venv for .venv, and
 # Open MPI (mpirun, and the libmpi that mpi4py loads) for the benchmark's MPI_Allreduce baseline.
@@ -27,9 +36,9 @@ APT_PACKAGES := mininet iputils-ping bridge-utils ethtool iproute2 tcpdump cpp n
 RUN := $(PY) -m topologies.run --topo $(TOPO) --hosts $(HOSTS) --target $(TARGET) --build-dir $(BUILD_DIR) \
 	$(if $(SLOW),--slow $(SLOW))
 
-.PHONY: setup apt run demo test bench bench-collectives stop clean
+.PHONY: setup apt run demo test bench bench-collectives fuzz-p4sim stop clean mutation
 
-setup: apt $(VENV_STAMP)
+setup: apt $(VENV_STAMP) $(if $(TORCH),$(TORCH_STAMP))
 
 apt:
 	@missing=$$(for p in $(APT_PACKAGES); do \
@@ -42,6 +51,10 @@ apt:
 $(VENV_STAMP): requirements.txt
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q -r requirements.txt
+	touch $@
+
+$(TORCH_STAMP): requirements-torch.txt $(VENV_STAMP)
+	$(PY) -m pip install -q -r requirements-torch.txt
 	touch $@
 
 run: $(VENV_STAMP)
@@ -71,18 +84,51 @@ bench: $(VENV_STAMP)
 bench-collectives: $(VENV_STAMP)
 	$(PY) -m bench.collectives --target $(TARGET) -o $(RESULTS)/collectives.json $(BENCH_ARGS)
 
-# Ends what our fabrics recorded in $(BUILD_DIR)/run, then Mininet's own cleanup (`mn -c`).
+# Differential testing of p4sim's backends on generated programs (tests/p4sim/p4fuzz.py): programs
+# SEED:0, SEED:1, ... for MINUTES, each on every backend; failing programs are kept and named.
+SEED ?= 1
+MINUTES ?= 10
+fuzz-p4sim: $(VENV_STAMP)
+	PYTHONPATH=. $(PY) tests/p4sim/p4fuzz.py --seed $(SEED) --minutes $(MINUTES)
+
+# Ends what this checkout's fabric recorded in $(BUILD_DIR)/run, then Mininet's own cleanup (`mn -c`,
+# which tears down every Mininet fabric on the machine) only when no other checkout's fabric is up
+# or left processes running; ALL=1 runs `mn -c` regardless (topologies/cleanup.py).
+ALL ?=
 stop:
-	-test -x $(PY) && $(PY) -m topologies.cleanup --build-dir $(BUILD_DIR)
-	-mn -c
+	-@if test -x $(PY); then $(PY) -m topologies.cleanup --build-dir $(BUILD_DIR) $(if $(ALL),--all); \
+	elif [ -n "$(ALL)" ]; then mn -c; \
+	else echo "no $(VENV): this checkout started no fabric; make stop ALL=1 runs mn -c"; fi
 
 clean: stop
-	rm -rf $(BUILD_DIR) results pcaps logs *.pcap
+	rm -rf $(BUILD_DIR) results pcaps logs *.pcap mutants
+
+# Mutation testing (mutmut, requirements-dev.txt) of hosts/numerics.py, hosts/quantize.py and p4sim's
+# expression code against the fast tests that cover them (pyproject.toml, [tool.mutmut]); the score
+# and every mutant no test killed go to docs/results/mutation.md (about an hour on 2 cores).
+mutation: $(VENV_STAMP)
+	$(PY) -m pip install -q -r requirements-dev.txt
+	rm -rf mutants
+	$(PY) -m mutmut run --max-children 2
+	$(PY) -m tests.mutation_report -o docs/results/mutation.md
 
 # Tensor-parallel decoding on a star of N = 2, 4, 8 hosts (TP_WORKERS), with INC and with the
 # host ring, each checked against the single-process reference: a table, $(RESULTS)/tp.json and tp.png.
+# TP_IMPL=torch: the PyTorch decoder (workloads/torch_decoder.py) on torch.distributed, p4inc
+# against gloo through the same switch (needs make setup TORCH=1); results in $(RESULTS)/tp-torch.json.
 TP_WORKERS ?= 2 4 8
 TP_TOKENS ?= 16
+TP_IMPL ?= numpy
 .PHONY: demo-tp
 demo-tp: $(VENV_STAMP)
-	$(PY) -m workloads.demo --target $(TARGET) --workers $(TP_WORKERS) --tokens $(TP_TOKENS) -o $(RESULTS)/tp.json
+	$(PY) -m workloads.demo --target $(TARGET) --impl $(TP_IMPL) --workers $(TP_WORKERS) --tokens $(TP_TOKENS) \
+		-o $(RESULTS)/$(if $(filter torch,$(TP_IMPL)),tp-torch,tp).json
+
+# DDP step time on a star of DDP_WORKERS hosts: the same training on gloo and on the p4inc
+# torch.distributed backend through one switch, parameters checked (needs make setup TORCH=1):
+# the median step time of each and $(RESULTS)/ddp.json. DDP_WIDTH=690 is 3.9 MiB of gradients.
+DDP_WORKERS ?= 8
+DDP_WIDTH ?= 690
+.PHONY: demo-ddp
+demo-ddp: $(VENV_STAMP)
+	$(PY) -m workloads.ddp_demo --target $(TARGET) --workers $(DDP_WORKERS) --width $(DDP_WIDTH) -o $(RESULTS)/ddp.json

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -15,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.budget import budget_table
-from bench.environment import unwritable
+from hosts.args import unwritable
 
 from . import plots
 from .model import Fabric, Fit, fit, out_of_sample, predict
@@ -68,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         bench = json.loads(args.results.read_text())
         runs, config = bench["runs"], bench["config"]
         payload, window = int(config["payload_bytes"]), int(config.get("window", 16))
+        check_runs(runs)
         fitted = fit(runs, payload, window)
     except (OSError, ValueError, KeyError, TypeError) as err:
         ap.error(f"{args.results}: not a usable bench result ({err})")
@@ -132,6 +134,26 @@ def main(argv: list[str] | None = None) -> int:
     log.info("wrote %s", ", ".join(str(out / f) for f in ("completion_time.png", "speedup.png",
                                                           "fabric_speedup.png", "model.json", "results.md")))
     return 0
+
+
+def check_runs(runs: list[dict]) -> None:
+    """Raise ValueError unless there are INC runs and a baseline to compare them with, and every
+    time is a finite positive number: a model fitted without them predicts nothing it measured."""
+    if not isinstance(runs, list) or not all(isinstance(r, dict) for r in runs):
+        raise ValueError("'runs' is not a list of runs")
+    for r in runs:
+        times = r["times_s"]
+        if not isinstance(times, list) or not times:
+            raise ValueError(f"{r['algorithm']} N={r['workers']} {r['bytes']} B has no times")
+        bad = [t for t in times if not isinstance(t, (int, float)) or not 0 < t < math.inf]
+        if bad:
+            raise ValueError(f"{r['algorithm']} N={r['workers']} {r['bytes']} B has a time of {bad[0]} s: "
+                             "times must be finite and positive")
+    have = {r["algorithm"] for r in runs}
+    if "inc" not in have:
+        raise ValueError("no INC runs: nothing to model or compare (bench --algorithms must include inc)")
+    if not have & set(BASELINES):
+        raise ValueError(f"no {' or '.join(BASELINES)} runs to compare INC with")
 
 
 def _fixed_cost(fabric: Fabric, workers: list[int]) -> dict:

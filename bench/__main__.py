@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import select
 import subprocess
@@ -23,6 +24,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from hosts.args import unwritable
 from hosts.engine import ENGINES
 from hosts.inc import INC_K
 from topologies.fabric import Fabric, FabricError, FabricOptions
@@ -30,7 +32,7 @@ from topologies.pieces import DEFAULT_PROGRAM, PieceError, compile_program, setu
 from topologies.spec import TopologyError, star
 
 from .budget import budget_table, call_budget, call_cpu, call_time, numeric_stats
-from .environment import describe_environment, unwritable
+from .environment import describe_environment
 from .mpi import ROOT_ENV, mpi_missing, mpirun_command, write_launcher
 
 log = logging.getLogger("bench")
@@ -249,7 +251,7 @@ def check_trial_options(ap: argparse.ArgumentParser, args: argparse.Namespace, w
     """Worker counts, repetitions and add_trial_options' values, or argparse's one-line error."""
     if any(not 2 <= n <= 8 for n in workers) or args.reps < 1 or args.reps_large < 1:
         ap.error("--workers must be 2..8 and --reps and --reps-large at least 1")
-    if not 1 <= args.window < 1 << 15 or args.timeout <= 0 or args.trial_timeout <= 0:
+    if not 1 <= args.window < 1 << 15 or not 0 < args.timeout < math.inf or not 0 < args.trial_timeout < math.inf:
         ap.error("--window must be 1..32767 and --timeout and --trial-timeout positive")
 
 

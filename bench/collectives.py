@@ -18,6 +18,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from analysis.plots import collective_times
+from hosts.args import unwritable
 from hosts.inc import INC_K
 from topologies.fabric import Fabric, FabricError, FabricOptions
 from topologies.pieces import PieceError
@@ -27,7 +28,7 @@ from .__main__ import (ROOT, BenchError, Plan, _sizes, add_counts, add_trial_opt
                        summarise)
 from .budget import call_cpu, call_time
 from .calls import ROOT as COLLECTIVE_ROOT
-from .environment import describe_environment, unwritable
+from .environment import describe_environment
 
 log = logging.getLogger("bench.collectives")
 COLLECTIVES = ("reduce", "reduce-scatter", "broadcast", "all-gather", "barrier")

@@ -1,5 +1,4 @@
-"""The machine, target and versions a benchmark ran on, recorded beside its numbers, and a
-check that its output file can be written before the benchmark spends minutes running."""
+"""The machine, target and versions a benchmark ran on, recorded beside its numbers."""
 from __future__ import annotations
 
 import os
@@ -24,17 +23,6 @@ def describe_environment(target: str) -> dict:
         # Tracked files changed since that commit: the numbers are not that commit's.
         "dirty": _git(["status", "--porcelain", "--untracked-files=no"]) not in (None, ""),
     }
-
-
-def unwritable(path: Path) -> str | None:
-    """Why `path` cannot be written (creating its folder), or None; an existing file is kept."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("a"):
-            pass
-    except OSError as err:
-        return f"cannot write {path}: {err.strerror or err}"
-    return None
 
 
 def _version(package: str) -> str | None:

@@ -26,10 +26,11 @@ from pathlib import Path
 import numpy as np
 
 from hosts.agent import JobConfig, Worker
+from hosts.args import unwritable
 from hosts.inc import INC_K, OP_RESULT
 from hosts.transport import UdpTransport
 
-from .environment import describe_environment, unwritable
+from .environment import describe_environment
 from .measure import measured
 
 log = logging.getLogger("bench.host")

@@ -1,15 +1,22 @@
-"""Packets per second through p4sim's pipeline, in process, and where the time goes.
+"""Packets per second through p4sim's pipeline, in process, on both backends side by side,
+and what the C backend's build and cached load cost.
 
-Two workloads: the tutorials-style IPv4 router and the aggregation program's data
-path. Writes JSON (`results/p4sim.json` by default). No sockets: this measures the
-switch alone, the number to compare with BMv2's simple_switch.
+Two workloads: the tutorials-style IPv4 router and the aggregation program's data path
+(every frame a fresh contribution: rounds of all workers over a window of slots). The
+Python backend runs frames one `Switch.process` call each, as a dataplane loop would; the
+C backend runs a prepared batch in a C loop (CSwitch.run_batch), since a cffi call per
+frame would measure cffi. Writes JSON (`results/p4sim.json` by default). No sockets: this
+measures the switch alone, the number to compare with BMv2's simple_switch.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import logging
+import os
 import sys
+import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -18,11 +25,13 @@ import numpy as np
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
+from hosts.args import unwritable
 from hosts.inc import AGG_IP, AGG_MAC, INC_K, INC_PORT, OP_CONTRIB, PAYLOAD_SIZE, IncHeader, pack
 from p4sim import P4Error, Switch, compile_file
+from p4sim.backends.c import CBackendUnavailable
 from p4sim.state import TableEntry
 
-from .environment import describe_environment, unwritable
+from .environment import describe_environment
 from .measure import measured
 
 log = logging.getLogger("bench.p4sim")
@@ -95,16 +104,17 @@ WORKLOADS = {
 
 
 def measure(workload: Workload, packets: int, profile: bool) -> dict:
-    """Run `packets` frames through a fresh switch; report rate and the hottest functions."""
+    """Python backend: `packets` frames through a fresh switch, one process() call each;
+    rate and (profile) the hottest functions."""
     prog = compile_file(str(workload.program))
-    sw = Switch(prog)
+    sw = Switch(prog, backend="python")
     workload.setup(sw)
     frames = workload.packets(packets)
     outputs = 0
     with measured(profile) as m:
         for port, frame in frames:
             outputs += len(sw.process(port, frame))
-    result = {"workload": workload.name, "program": str(workload.program.relative_to(ROOT)),
+    result = {"workload": workload.name, "backend": "python", "program": str(workload.program.relative_to(ROOT)),
               "packets": packets, "outputs": outputs, "seconds": m.seconds,
               "packets_per_s": packets / m.seconds, "stats": dict(sw.stats)}
     if profile:
@@ -112,20 +122,57 @@ def measure(workload: Workload, packets: int, profile: bool) -> dict:
     return result
 
 
+def measure_c(workload: Workload, packets: int) -> dict:
+    """C backend: the build of the program's object in an empty cache, its load from the
+    cache (a fresh Program's switch: C code generation, cache look-up, dlopen, pipeline and
+    state), then `packets` frames in one C loop."""
+    from p4sim.backends.c import CSwitch
+    with tempfile.TemporaryDirectory(prefix="p4sim-bench-cache-") as cache:
+        saved = os.environ.get("P4SIM_CACHE")
+        os.environ["P4SIM_CACHE"] = cache
+        try:
+            start = time.perf_counter()
+            CSwitch(compile_file(str(workload.program))).close()
+            build_s = time.perf_counter() - start
+            prog = compile_file(str(workload.program))
+            start = time.perf_counter()
+            sw = CSwitch(prog)
+            load_s = time.perf_counter() - start
+        finally:
+            if saved is None:
+                del os.environ["P4SIM_CACHE"]
+            else:
+                os.environ["P4SIM_CACHE"] = saved
+    try:
+        workload.setup(sw)
+        frames = workload.packets(packets)
+        outputs, seconds = sw.run_batch(frames)
+        return {"workload": workload.name, "backend": "c", "program": str(workload.program.relative_to(ROOT)),
+                "packets": packets, "outputs": outputs, "seconds": seconds, "packets_per_s": packets / seconds,
+                "build_s": build_s, "cached_load_s": load_s, "stats": dict(sw.stats)}
+    finally:
+        sw.close()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="python -m bench.p4sim",
         description="Measure packets per second through p4sim's pipeline (in process, one core) "
                     "for a plain IPv4 router and for the aggregation program, and write JSON.")
-    ap.add_argument("--packets", type=int, default=20000, help="packets per workload (default 20000)")
+    ap.add_argument("--packets", type=int, default=20000,
+                    help="packets per workload on the Python backend (default 20000)")
+    ap.add_argument("--c-packets", type=int, default=400000,
+                    help="packets per workload on the C backend, one C loop (default 400000)")
+    ap.add_argument("--backend", choices=("python", "c"), action="append",
+                    help="measure only this backend (repeatable; default both)")
     ap.add_argument("--workload", choices=sorted(WORKLOADS), action="append",
                     help="run only this workload (repeatable; default all)")
     ap.add_argument("--profile", action="store_true",
                     help="also run under cProfile and record the hottest functions (slower)")
     ap.add_argument("-o", "--out", type=Path, default=ROOT / "results/p4sim.json", help="JSON output")
     args = ap.parse_args(argv)
-    if args.packets < 1:
-        ap.error("--packets must be at least 1")
+    if args.packets < 1 or args.c_packets < 1:
+        ap.error("--packets and --c-packets must be at least 1")
     if (why := unwritable(args.out)) is not None:
         ap.error(why)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
@@ -133,13 +180,22 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     try:
         for name in args.workload or sorted(WORKLOADS):
-            res = measure(WORKLOADS[name], args.packets, profile=False)
-            if args.profile:
-                res["profile_top"] = measure(WORKLOADS[name], min(args.packets, 5000), True)["profile_top"]
-            log.info("%-12s %8.0f packets/s (%d packets, %.2f s)", name, res["packets_per_s"],
-                     res["packets"], res["seconds"])
-            results.append(res)
-    except P4Error as err:
+            rates = {}
+            for backend in args.backend or ["python", "c"]:
+                if backend == "python":
+                    res = measure(WORKLOADS[name], args.packets, profile=False)
+                    if args.profile:
+                        res["profile_top"] = measure(WORKLOADS[name], min(args.packets, 5000), True)["profile_top"]
+                else:
+                    res = measure_c(WORKLOADS[name], args.c_packets)
+                    log.info("%-12s c: build %.2f s, cached load %.3f s", name, res["build_s"], res["cached_load_s"])
+                log.info("%-12s %-6s %10.0f packets/s (%d packets, %.2f s)", name, backend, res["packets_per_s"],
+                         res["packets"], res["seconds"])
+                rates[backend] = res["packets_per_s"]
+                results.append(res)
+            if len(rates) == 2:
+                log.info("%-12s c/python: %.1fx", name, rates["c"] / rates["python"])
+    except (P4Error, CBackendUnavailable) as err:
         log.error("%s", err)
         return 1
     try:

@@ -13,6 +13,7 @@ import threading
 from pathlib import Path
 from typing import Callable
 
+from hosts.args import address, at_least, host_port, port
 from topologies.spec import Topology, TopologyError
 
 from .allreduce import Job, clear_slots, jobs_on_switch, pool_size, remove_job
@@ -61,16 +62,16 @@ def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--topo", type=Path, default=Path("build/topology.json"),
                    help="topology JSON written by the fabric (default: %(default)s)")
-    common.add_argument("--target", choices=TARGETS, default=os.environ.get("TARGET", "p4sim"),
-                   help="switch target; decides how registers are reached "
-                        "(default: $TARGET or p4sim)")
-    common.add_argument("--election-id", type=int, default=None,
+    common.add_argument("--target", choices=TARGETS,
+                   help="switch target; decides how registers are reached (default: the one the "
+                        "topology file names, as a running fabric writes it; else $TARGET, else p4sim)")
+    common.add_argument("--election-id", type=at_least(1), default=None,
                    help="P4Runtime election id (default: milliseconds since the epoch, so "
                         "a later controller becomes primary)")
-    common.add_argument("--grpc-addr", help="talk to one switch at this address instead of a "
+    common.add_argument("--grpc-addr", type=host_port, help="talk to one switch at this address instead of a "
                                        "topology switch (install, entries, counters, registers)")
-    common.add_argument("--device-id", type=int, default=0, help="device id with --grpc-addr (default: 0)")
-    common.add_argument("--thrift-port", type=int, default=9090,
+    common.add_argument("--device-id", type=at_least(0), default=0, help="device id with --grpc-addr (default: 0)")
+    common.add_argument("--thrift-port", type=port, default=9090,
                    help="BMv2 Thrift port with --grpc-addr and --target bmv2 (default: 9090)")
     common.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
     p = argparse.ArgumentParser(
@@ -116,12 +117,12 @@ def _parser() -> argparse.ArgumentParser:
                 "slot pool: jobs ask for slots and give them back (docs/protocol.md)")
     switches_arg(c, many=True)
     pipeline_args(c)
-    c.add_argument("--listen", required=True, metavar="ADDR",
+    c.add_argument("--listen", required=True, metavar="ADDR", type=_listen_address,
                    help="where hosts reach the service: HOST:PORT, or unix:PATH (a Unix socket, which "
                         "Mininet hosts reach through the shared file system)")
     c.add_argument("--slots", type=_positive, help="slots per switch the pool hands out "
                    "(default: the whole pool from --first-slot)")
-    c.add_argument("--first-slot", type=int, default=0, help="the pool's first slot (default: 0)")
+    c.add_argument("--first-slot", type=at_least(0), default=0, help="the pool's first slot (default: 0)")
     c.add_argument("--poll", type=_poll_seconds, default=1.0, help="seconds between checks (default: 1)")
     c = command("install", _install, "install a P4 tutorials runtime JSON (table_entries, "
                 "multicast_group_entries, clone_session_entries) on one switch")
@@ -133,15 +134,23 @@ def _parser() -> argparse.ArgumentParser:
     switches_arg(c, many=False)
     c = command("registers", _registers, "print a register array of one switch as JSON")
     c.add_argument("name", help="register name, e.g. MyIngress.slot_count (a unique suffix will do)")
-    c.add_argument("--index", type=int, nargs="+", help="only these indices")
+    c.add_argument("--index", type=at_least(0), nargs="+", help="only these indices")
     switches_arg(c, many=False)
     c = command("clear-slots", _clear_slots, "zero a job's slot state on the switch that aggregates it")
-    c.add_argument("job_id", type=int, help="the job's id in the topology")
+    c.add_argument("job_id", type=at_least(0), help="the job's id in the topology")
     switches_arg(c, many=True)
     c = command("remove-job", _remove_job, "stop admitting a job and remove its entries and group")
-    c.add_argument("job_id", type=int, help="the job's id in the topology")
+    c.add_argument("job_id", type=at_least(0), help="the job's id in the topology")
     switches_arg(c, many=True)
     return p
+
+
+def _listen_address(text: str) -> str:
+    """unix:PATH, or HOST:PORT with the port checked (0: any free one)."""
+    if text.startswith("unix:") and len(text) > len("unix:"):
+        return text
+    host, number = address(listen=True)(text)
+    return f"{host}:{number}"
 
 
 def _poll_seconds(text: str) -> float:
@@ -158,7 +167,7 @@ def _poll_seconds(text: str) -> float:
 def _setup(args: argparse.Namespace) -> int:
     topo, pipeline = Topology.load(args.topo), _pipeline(args)
     for name in _names(args, topo):
-        with open_switch(topo, name, args.target, _election(args)) as sw:
+        with open_switch(topo, name, _target(args, topo), _election(args)) as sw:
             r = setup_switch(sw, topo, pipeline, args.force_pipeline)
         log.info("%s: pipeline %s, %d forwarding updates, jobs admitted: %s, passed on: %s",
                  name, "pushed" if r.pipeline_pushed else "kept", r.forwarding_updates,
@@ -168,7 +177,7 @@ def _setup(args: argparse.Namespace) -> int:
 
 def _watch(args: argparse.Namespace) -> int:
     topo, pipeline = Topology.load(args.topo), _pipeline(args)
-    switches = [open_switch(topo, name, args.target, _election(args)) for name in _names(args, topo)]
+    switches = [open_switch(topo, name, _target(args, topo), _election(args)) for name in _names(args, topo)]
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
@@ -187,7 +196,7 @@ def _pool(args: argparse.Namespace) -> int:
         raise ControllerError(f"{args.topo} has jobs of its own ({', '.join(str(j.job_id) for j in topo.jobs)}), "
                               f"which hold the whole slot pool: serve the pool on a topology without jobs")
     pipeline = _pipeline(args)
-    switches = [open_switch(topo, name, args.target, _election(args)) for name in _names(args, topo)]
+    switches = [open_switch(topo, name, _target(args, topo), _election(args)) for name in _names(args, topo)]
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
@@ -268,7 +277,7 @@ def _on_job(args: argparse.Namespace, action: Callable[[Switch, Job], None], don
                               f"{', '.join(str(j.job_id) for j in topo.jobs) or 'none'})")
     found = False
     for name in _names(args, topo):
-        with open_switch(topo, name, args.target, _election(args)) as sw:
+        with open_switch(topo, name, _target(args, topo), _election(args)) as sw:
             jobs, _ = jobs_on_switch(topo, name, pool_size(sw))
             for job in jobs:
                 if job.job_id == args.job_id:
@@ -284,18 +293,27 @@ def _one_switch(args: argparse.Namespace, read_only: bool = False) -> Switch:
     election = _election(args, read_only)
     if args.grpc_addr:
         return Switch(args.grpc_addr, args.grpc_addr, args.device_id, election,
-                      args.target, args.thrift_port)
+                      _target(args, None), args.thrift_port)
     topo = Topology.load(args.topo)
     if args.switch is None:
-        if len(topo.switches) != 1:
+        if not topo.switches:
+            raise ControllerError(f"{args.topo} has no switches")
+        if len(topo.switches) > 1:
             raise ControllerError(f"{args.topo} has several switches: choose one with --switch "
                                   f"({', '.join(topo.switches)})")
         args.switch = next(iter(topo.switches))
-    return open_switch(topo, args.switch, args.target, election)
+    return open_switch(topo, args.switch, _target(args, topo), election)
+
+
+def _target(args: argparse.Namespace, topo: Topology | None) -> str:
+    """--target, else the topology's (the fabric that wrote it knows), else $TARGET, else p4sim."""
+    return args.target or (topo.target if topo else None) or os.environ.get("TARGET") or "p4sim"
 
 
 def _names(args: argparse.Namespace, topo: Topology) -> list[str]:
     names = args.switch or list(topo.switches)
+    if not names:
+        raise ControllerError(f"{args.topo} has no switches")
     unknown = [n for n in names if n not in topo.switches]
     if unknown:
         raise ControllerError(f"no switch {unknown[0]!r} in {args.topo} (it has: {', '.join(topo.switches)})")

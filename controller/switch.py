@@ -89,7 +89,9 @@ class Switch:
         self.device_id = device_id
         self.election_id = election_id or default_election_id()
         self.is_primary = False
-        self.registers: Registers = register_access(target, self, thrift_port)
+        # BMv2 serves Thrift where it serves P4Runtime (p4sim: on loopback).
+        self.registers: Registers = register_access(target, self, thrift_port,
+                                                          grpc_addr.rpartition(":")[0] or "127.0.0.1")
         self._client: _Client | None = None
         self._context: Context | None = None
 

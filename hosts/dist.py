@@ -28,6 +28,7 @@ import logging
 import math
 import os
 import socket
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, TypeVar
@@ -58,6 +59,8 @@ class DistError(RuntimeError):
 class ReduceOp(enum.Enum):
     SUM = "sum"
     AVG = "avg"
+    MIN = "min"
+    MAX = "max"
 
 
 @dataclass(frozen=True)
@@ -117,8 +120,9 @@ class Options:
     window: int = 16                              # P4INC_WINDOW: slots / unacknowledged chunks in flight
     timeout: float = 0.02                         # P4INC_TIMEOUT_MS: the ring's retransmission timeout
     max_retries: int = 200                        # the ring's (INC measures its own timeout)
-    give_up_after: float = 30.0                   # INC: seconds without a result before IncTimeoutError
+    give_up_after: float = 30.0                   # P4INC_GIVE_UP_S: INC's seconds without a result before IncTimeoutError
     probe_timeout: float = 1.0                    # P4INC_PROBE_TIMEOUT: "auto" waits this long for the switch
+    max_rto: float = 2.0                          # P4INC_MAX_RTO_MS: INC's measured retransmission timeout's ceiling
     pool: str | None = None                       # P4INC_POOL=HOST:PORT|unix:PATH: ask the slot pool for a job
 
     @classmethod
@@ -132,7 +136,9 @@ class Options:
                        interface=env.get("P4INC_INTERFACE") or None,
                        window=int(env.get("P4INC_WINDOW", cls.window)),
                        timeout=float(env.get("P4INC_TIMEOUT_MS", 1e3 * cls.timeout)) / 1e3,
+                       give_up_after=float(env.get("P4INC_GIVE_UP_S", cls.give_up_after)),
                        probe_timeout=float(env.get("P4INC_PROBE_TIMEOUT", cls.probe_timeout)),
+                       max_rto=float(env.get("P4INC_MAX_RTO_MS", 1e3 * cls.max_rto)) / 1e3,
                        pool=env.get("P4INC_POOL") or None)
         except ValueError as e:
             raise DistError(f"a P4INC_* variable is malformed: {e}") from None
@@ -161,6 +167,11 @@ class ProcessGroup:
         self._agent = agent
         self._lease = lease
         self.stats = Stats(backend, fallbacks)
+        # Told of a call the switch did not finish before it is redone on the ring; it may raise
+        # instead (hosts/torch_backend.py: the ranks called with different sizes, not a dead switch).
+        self.on_switch_timeout: Callable[[IncTimeoutError], None] | None = None
+        # Run first by close(): what was started on top of the group (hosts/torch_backend.py's threads).
+        self.on_close: list[Callable[[], None]] = []
         if isinstance(agent, FallbackAllReduce):
             agent.on_fallback = self._fell_back
 
@@ -169,7 +180,8 @@ class ProcessGroup:
         return self.stats.backend
 
     def all_reduce(self, array: np.ndarray, op: ReduceOp = ReduceOp.SUM) -> np.ndarray:
-        """The sum (or mean) over ranks, of int32 or float32, as a new array."""
+        """The sum, mean (float), minimum or maximum over ranks, as a new array; the dtypes
+        each op takes are numerics.REDUCE_DTYPES' (sum: int32, float32, float16, bfloat16)."""
         start = time.perf_counter()
         result = self._reduce(np.asarray(array), ReduceOp(op))
         self.stats.add("all_reduce", time.perf_counter() - start)
@@ -196,19 +208,33 @@ class ProcessGroup:
         array = np.asarray(array)
         if len(array) % self.world_size:
             raise ValueError(f"reduce_scatter needs a length divisible by {self.world_size}, not {len(array)}")
+        op = ReduceOp(op)
+        _check_average(op, array.dtype)
         part = len(array) // self.world_size
         start = time.perf_counter()
         mine = array.copy()
         result = self._average(self._collective(
-            lambda inc: inc.reduce_scatter(array),
-            lambda ring: ring_reduce(ring, mine, "sum")[self.rank * part:(self.rank + 1) * part]), ReduceOp(op))
+            lambda inc: inc.reduce_scatter(array, _engine_op(op)),
+            lambda ring: ring_reduce(ring, mine, _engine_op(op))[self.rank * part:(self.rank + 1) * part]), op)
         self.stats.add("reduce_scatter", time.perf_counter() - start)
         return result
 
+    def reduce(self, array: np.ndarray, dst: int, op: ReduceOp = ReduceOp.SUM) -> np.ndarray | None:
+        """The reduction over ranks at rank `dst` alone, as a new array; None at the others."""
+        self._check_rank(dst, "dst")
+        array = np.asarray(array)
+        op = ReduceOp(op)
+        _check_average(op, array.dtype)
+        start = time.perf_counter()
+        mine = array.copy()
+        result = self._collective(lambda inc: inc.reduce(array, dst, _engine_op(op)),
+                                  lambda ring: ring_reduce(ring, mine, _engine_op(op)))
+        self.stats.add("reduce", time.perf_counter() - start)
+        return self._average(result, op) if self.rank == dst else None
+
     def broadcast(self, array: np.ndarray, src: int) -> np.ndarray:
         """Rank `src`'s array on every rank, bit for bit, as a new array."""
-        if not 0 <= src < self.world_size:
-            raise ValueError(f"src must be a rank in 0..{self.world_size - 1}, not {src}")
+        self._check_rank(src, "src")
         source = np.ascontiguousarray(array)
         start = time.perf_counter()
         words = numerics.as_words(source)
@@ -227,9 +253,15 @@ class ProcessGroup:
     def close(self) -> None:
         """Stop the agents (collective under "auto": every rank closes, hosts/fallback.py says
         why); rank 0 then gives the job's pool slots back."""
+        for stop in self.on_close:
+            stop()
         self._agent.close()
         if self._lease is not None:
             self._lease.release()
+
+    def _check_rank(self, rank: int, name: str) -> None:
+        if not 0 <= rank < self.world_size:
+            raise ValueError(f"{name} must be a rank in 0..{self.world_size - 1}, not {rank}")
 
     def _fell_back(self, _event: FallbackEvent) -> None:
         self.stats.fallbacks += 1
@@ -238,25 +270,49 @@ class ProcessGroup:
     def _collective(self, on_switch: Callable[[Worker], T], on_ring: Callable[[RingWorker], T]) -> T:
         """The switch's own collective on inc, the ring's way on the ring, and under auto the
         switch's with the ring's to finish a call the switch did not (hosts/fallback.py)."""
+        def switch(inc: Worker) -> T:
+            try:
+                return on_switch(inc)
+            except IncTimeoutError as e:
+                if self.on_switch_timeout is not None:
+                    self.on_switch_timeout(e)
+                raise
+
         if isinstance(self._agent, Worker):
-            return on_switch(self._agent)
+            return switch(self._agent)
         if isinstance(self._agent, FallbackAllReduce):
-            return self._agent.run(on_switch, on_ring)
+            return self._agent.run(switch, on_ring)
         return on_ring(self._agent)
 
     def _reduce(self, array: np.ndarray, op: ReduceOp) -> np.ndarray:
-        return self._average(self._agent.allreduce(array), op)
+        _check_average(op, array.dtype)
+        name = _engine_op(op)
+        numerics.reduce_op(name, array.dtype)          # the same TypeError/ValueError on either path
+        mine = array.copy() if isinstance(self._agent, FallbackAllReduce) else array   # a redo on the ring needs it
+        return self._average(self._collective(lambda inc: inc.allreduce(array, name),
+                                              lambda ring: ring_reduce(ring, mine, name)), op)
 
     def _average(self, result: np.ndarray, op: ReduceOp) -> np.ndarray:
+        """The sum divided by N in float32, rounded once into the sum's dtype."""
         if op is ReduceOp.AVG:
-            if result.dtype != np.float32:
-                raise TypeError("ReduceOp.AVG needs float32 arrays")
-            result = result / np.float32(self.world_size)
+            result = (result.astype(np.float32) / np.float32(self.world_size)).astype(result.dtype)
         return result
 
 
-def new_group(backend: str = "auto", env: LaunchEnv | None = None, options: Options | None = None) -> ProcessGroup:
-    """Rendezvous with the other ranks at MASTER_ADDR:MASTER_PORT and set up the backend.
+def _check_average(op: ReduceOp, dtype: np.dtype) -> None:
+    if op is ReduceOp.AVG and dtype not in numerics.FLOAT_FORMATS:
+        raise TypeError(f"ReduceOp.AVG takes {', '.join(map(str, numerics.FLOAT_FORMATS))} arrays, not {dtype}")
+
+
+def _engine_op(op: ReduceOp) -> str:
+    """The agent's name for `op`: a mean is a sum, divided afterwards."""
+    return "sum" if op is ReduceOp.AVG else op.value
+
+
+def new_group(backend: str = "auto", env: LaunchEnv | None = None, options: Options | None = None,
+              rendezvous: Rendezvous | StoreRendezvous | None = None) -> ProcessGroup:
+    """Rendezvous with the other ranks and set up the backend: through `rendezvous` if given
+    (torch's store: `StoreRendezvous`), else a listener of rank 0 at MASTER_ADDR:MASTER_PORT.
 
     With `options.pool`, rank 0 asks the slot pool for the job's slots first. "auto" tries the
     switch with a one-element AllReduce; if the pool refuses or any rank gets no answer within
@@ -267,7 +323,7 @@ def new_group(backend: str = "auto", env: LaunchEnv | None = None, options: Opti
         raise DistError(f"backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
     env = LaunchEnv.from_environ() if env is None else env
     options = Options.from_environ() if options is None else options
-    rendezvous = Rendezvous(env)
+    rendezvous = Rendezvous(env) if rendezvous is None else rendezvous
     ring_transport = lease = None
     try:
         ring_transport, me = _ring_socket(rendezvous, options)
@@ -402,16 +458,64 @@ class Rendezvous:
             return _read_line(conn, max(0.1, deadline - time.monotonic()))
 
 
+class StoreRendezvous:
+    """The same all-gathers through a key-value store that every rank reaches (torch.distributed's
+    Store: `set(key, value)`, and `get(key)` that waits for the key within the store's timeout),
+    so nothing listens on a port of its own: under torchrun or mpirun with torch.distributed
+    initialised, torch's TCPStore already holds MASTER_PORT. `local_ip` is the address this rank
+    reaches `master_addr` from (where the other ranks reach it)."""
+
+    def __init__(self, store: Any, rank: int, world_size: int, master_addr: str | None, prefix: str = "p4inc") -> None:
+        self.store = store
+        self.rank = rank
+        self.world_size = world_size
+        # Each rank counts its own set-ups: ranks in step agree on it, and a group set up again
+        # over the same store never reads the keys of the last one.
+        self.prefix = f"{prefix}/{store.add(f'{prefix}/setups/{rank}', 1)}"
+        self.local_ip = _route_source(master_addr)
+        self._round = 0
+
+    def all_gather(self, value: Any) -> list[Any]:
+        round_, self._round = self._round, self._round + 1
+        key = f"{self.prefix}/{round_}/"
+        self.store.set(key + str(self.rank), json.dumps(value))
+        try:
+            return [json.loads(self.store.get(key + str(r))) for r in range(self.world_size)]
+        except RuntimeError as e:          # torch's DistStoreError: a rank never came
+            raise DistError(f"rendezvous through the store: {e}".splitlines()[0]) from None
+
+    def close(self) -> None:
+        """Nothing to release: the store belongs to its owner."""
+
+
+def _route_source(address: str | None) -> str:
+    """The local address the kernel sends from towards `address` (a UDP connect sends nothing)."""
+    if not address:
+        return socket.gethostbyname(socket.gethostname())
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect((socket.gethostbyname(address), 9))
+        except OSError as e:
+            raise DistError(f"cannot find a route to MASTER_ADDR {address}: {e.strerror or e}") from None
+        return s.getsockname()[0]
+
+
 # The default group of the torch.distributed-shaped functions, as torch keeps one.
 _groups: dict[str, ProcessGroup] = {}
 
 
 def init_process_group(backend: str = "auto", **_: Any) -> ProcessGroup:
     """Set up the default group from the launcher's environment (torch's keyword arguments
-    such as init_method are accepted and ignored: the environment says everything)."""
+    such as init_method are accepted and ignored: the environment says everything). Where
+    torch.distributed is initialised in this process, the rendezvous goes through its store:
+    torch's TCPStore already listens on MASTER_PORT."""
     if "default" in _groups:
         raise DistError("the default process group is already initialised")
-    _groups["default"] = new_group(backend)
+    env = LaunchEnv.from_environ()
+    store = _torch_store()
+    rendezvous = None if store is None else StoreRendezvous(store, env.rank, env.world_size, env.master_addr,
+                                                            prefix="p4inc/hosts.dist")
+    _groups["default"] = new_group(backend, env, rendezvous=rendezvous)
     return _groups["default"]
 
 
@@ -433,28 +537,44 @@ def get_world_size() -> int:
     return _default().world_size
 
 
-def all_reduce(array: np.ndarray, op: ReduceOp = ReduceOp.SUM) -> np.ndarray:
-    """In place, as torch's: `array` (a writable ndarray) becomes the reduction; also returned."""
-    return _fill(array, _default().all_reduce(array, op))
+def all_reduce(array: Any, op: ReduceOp = ReduceOp.SUM) -> Any:
+    """In place, as torch's: `array` (a writable ndarray, or a CPU torch tensor) becomes the
+    reduction; also returned."""
+    _check_in_place(array)
+    return _fill(array, _default().all_reduce(_readable(array), op))
 
 
-def all_gather(output: list[np.ndarray], array: np.ndarray) -> None:
-    """torch's signature: fills `output` (a list of world_size arrays) in place."""
+def all_gather(output: list[Any], array: Any) -> None:
+    """torch's signature: fills `output` (a list of world_size arrays or tensors) in place."""
     if len(output) != _default().world_size:
         raise ValueError(f"all_gather needs an output list of {_default().world_size} arrays, not {len(output)}")
-    for out, got in zip(output, _default().all_gather(array)):
-        out[...] = got
+    for out in output:
+        _check_in_place(out)
+    for out, got in zip(output, _default().all_gather(_readable(array))):
+        _fill(out, got)
 
 
-def reduce_scatter(output: np.ndarray, inputs: list[np.ndarray], op: ReduceOp = ReduceOp.SUM) -> None:
+def reduce_scatter(output: Any, inputs: list[Any], op: ReduceOp = ReduceOp.SUM) -> None:
     """torch's signature: `output` becomes the reduction over ranks of `inputs[rank]`."""
-    output[...] = _default().reduce_scatter(np.concatenate([np.asarray(i).ravel() for i in inputs]),
-                                            op).reshape(output.shape)
+    if len(inputs) != _default().world_size:
+        raise ValueError(f"reduce_scatter needs {_default().world_size} inputs, not {len(inputs)}")
+    _check_in_place(output)
+    got = _default().reduce_scatter(np.concatenate([_readable(i).ravel() for i in inputs]), op)
+    _fill(output, got.reshape(np.shape(output)))
 
 
-def broadcast(array: np.ndarray, src: int) -> np.ndarray:
+def reduce(array: Any, dst: int, op: ReduceOp = ReduceOp.SUM) -> Any:
+    """In place at rank `dst`, as torch's: `array` there becomes the reduction (elsewhere it
+    is left as it was); returned."""
+    _check_in_place(array)
+    got = _default().reduce(_readable(array), dst, op)
+    return array if got is None else _fill(array, got)
+
+
+def broadcast(array: Any, src: int) -> Any:
     """In place, as torch's: `array` becomes rank `src`'s; also returned."""
-    return _fill(array, _default().broadcast(array, src))
+    _check_in_place(array)
+    return _fill(array, _default().broadcast(_readable(array), src))
 
 
 def barrier() -> None:
@@ -462,22 +582,16 @@ def barrier() -> None:
 
 
 def ddp_comm_hook(group: ProcessGroup) -> Callable[[Any, Any], Any]:
-    """A PyTorch DDP communication hook averaging gradients through `group`, for
-    `model.register_comm_hook(None, ddp_comm_hook(group))`; needs torch (not a dependency
-    here) and float32 gradients. DDP still needs torch's own process group for set-up."""
+    """A PyTorch DDP communication hook averaging gradient buckets through `group`, for
+    `model.register_comm_hook(None, ddp_comm_hook(group))`: each bucket goes to the group's
+    collective thread as it becomes ready and its future completes when the switch answers
+    (hosts/torch_backend.py). Needs torch; a DDP on the `p4inc` backend needs no hook."""
     try:
-        import torch      # optional: only this function needs it
+        from hosts import torch_backend      # optional: only this function needs torch
     except ImportError:
-        raise DistError("ddp_comm_hook needs PyTorch, which p4inc does not install (pip install torch)") from None
-
-    def hook(_state: Any, bucket: Any) -> Any:
-        buffer = bucket.buffer()
-        mean = group.all_reduce(buffer.detach().to("cpu", torch.float32).numpy(), ReduceOp.AVG)
-        future = torch.futures.Future()
-        future.set_result(torch.from_numpy(mean).to(buffer.device, buffer.dtype))
-        return future
-
-    return hook
+        raise DistError("ddp_comm_hook needs PyTorch, which p4inc installs only when asked "
+                        "(make setup TORCH=1, or pip install -r requirements-torch.txt)") from None
+    return torch_backend.averaging_hook(group)
 
 
 def _default() -> ProcessGroup:
@@ -498,7 +612,8 @@ def _probe_inc(env: LaunchEnv, options: Options, quick: bool) -> Worker | None:
     when it did not answer within the probe timeout."""
     transport = UdpTransport(options.aggregator, ("0.0.0.0", _inc_port(env, options)), options.interface)
     config = JobConfig(options.job_id, env.rank, env.world_size, window=options.window,
-                       give_up_after=options.give_up_after)
+                       give_up_after=options.give_up_after, max_rto=options.max_rto,
+                       min_rto=min(JobConfig.min_rto, options.max_rto))
     try:
         probe = Worker(dataclasses.replace(config, timeout=min(config.timeout, options.probe_timeout / 4),
                                            give_up_after=options.probe_timeout) if quick else config, transport)
@@ -533,7 +648,43 @@ def _read_line(conn: socket.socket, timeout: float) -> Any:
     return json.loads(data)
 
 
-def _fill(target: Any, result: np.ndarray) -> np.ndarray:
-    if isinstance(target, np.ndarray) and target.flags.writeable:
+def _readable(array: Any) -> np.ndarray:
+    """An ndarray of `array`'s values: torch tensors through hosts/torch_backend.py (no copy
+    for contiguous CPU tensors; bfloat16 as ml_dtypes')."""
+    if _is_torch_tensor(array):
+        from hosts.torch_backend import to_numpy
+        return to_numpy(array)
+    return np.asarray(array)
+
+
+def _check_in_place(target: Any) -> None:
+    """Only a writable ndarray or a torch tensor can change in place: refuse anything else before
+    the collective, rather than return with it unchanged."""
+    if _is_torch_tensor(target) or isinstance(target, np.ndarray) and target.flags.writeable:
+        return
+    raise TypeError(f"in place needs a writable numpy array or a torch tensor, not "
+                    f"{'a read-only array' if isinstance(target, np.ndarray) else type(target).__name__}; "
+                    f"the group's method returns the result instead")
+
+
+def _fill(target: Any, result: np.ndarray) -> Any:
+    """Write `result` into `target` (checked by `_check_in_place`) in place."""
+    if _is_torch_tensor(target):
+        from hosts.torch_backend import copy_into
+        copy_into(target, result)
+    else:
         target[...] = result
-    return result
+    return target
+
+
+def _is_torch_tensor(value: Any) -> bool:
+    torch = sys.modules.get("torch")          # a tensor exists only if torch was imported
+    return torch is not None and isinstance(value, torch.Tensor)
+
+
+def _torch_store() -> Any:
+    """torch.distributed's default store where it is initialised in this process, else None."""
+    torch_dist = sys.modules.get("torch.distributed")
+    if torch_dist is None or not torch_dist.is_available() or not torch_dist.is_initialized():
+        return None
+    return torch_dist.distributed_c10d._get_default_store()

@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 
 from hosts.agent import IncError
+from hosts.args import address
 from hosts.dist import BACKENDS, DistError, LaunchEnv, Options, new_group
-from hosts.worker import parse_address
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m hosts.dist_worker", description=__doc__)
     p.add_argument("--rank", type=int, required=True, help="this process's rank, 0..WORLD_SIZE-1")
     p.add_argument("--world-size", type=int, required=True, help="ranks in the job")
-    p.add_argument("--master", type=parse_address, required=True, metavar="IP:PORT",
+    p.add_argument("--master", type=address(), required=True, metavar="IP:PORT",
                    help="rank 0's address for the rendezvous (rank 0 listens on PORT)")
     p.add_argument("--backend", choices=BACKENDS, default="auto", help="default: %(default)s")
     p.add_argument("--pool", metavar="ADDR", help="ask the controller's slot pool for the job's slots: "

@@ -1,6 +1,6 @@
 """The INC wire format (docs/protocol.md): a Scapy layer for dumps, tests and tools, and
 a precompiled packer/unpacker for the hot path that the tests prove byte-identical to it.
-The constants mirror p4src/allreduce.p4.
+The protocol's constants come from protocol/.
 """
 from __future__ import annotations
 
@@ -14,42 +14,15 @@ from scapy.fields import (BitEnumField, BitField, ByteEnumField, ByteField, Cond
 from scapy.layers.inet import UDP
 from scapy.packet import Packet, bind_layers
 
-INC_PORT = 48879                 # 0xBEEF: workers send to it, results come from it
-RING_PORT = INC_PORT + 1         # the ring baseline's host-to-host traffic, same format
-AGG_IP = "10.0.0.254"
-AGG_MAC = "02:00:00:00:00:fe"
-INC_K = 32                       # elements per packet
-INC_VERSION = 1
-POOL_SIZE = 512                  # slots per version in the switch, shared by all jobs
-MAX_WORKERS = 32                 # the switch's contributor bitmap is 32 bits
+# The protocol's numbers live in protocol/ (shared with the controller); re-exported here,
+# where the packet code and its users have always found them.
+from protocol import (AGG_IP, AGG_MAC, COLL_ALLREDUCE, COLL_BARRIER, COLL_BROADCAST,  # noqa: F401
+                      COLL_REDUCE, COLLECTIVES, DEFAULT_ELEMENTS_PER_PACKET, FLAG_OVERFLOW, FLAG_PARTIAL,
+                      FLAG_RESENT, FLAG_RETRANSMIT, HEADER_ONLY, HEADER_SIZE, INC_PORT, INC_VERSION,
+                      MAX_WORKERS, OP_ACK, OP_CONTRIB, OP_JOIN, OP_RESULT, OP_RING, OP_RING_ACK, OPCODES,
+                      POOL_SIZE, REDUCE_MAX, REDUCE_MIN, REDUCE_OPS, REDUCE_SUM, RING_PORT)
 
-OP_CONTRIB = 1
-OP_RESULT = 2
-OP_RING = 3                      # ring baseline: one chunk of a step, host to host
-OP_RING_ACK = 4                  # ring baseline: the receiver has that chunk
-OP_JOIN = 5                      # worker -> switch, header only: counted, adds nothing
-OP_ACK = 6                       # switch -> worker, header only: the round is complete
-OPCODES = {OP_CONTRIB: "contrib", OP_RESULT: "result", OP_RING: "ring", OP_RING_ACK: "ring-ack",
-           OP_JOIN: "join", OP_ACK: "ack"}
-HEADER_ONLY = (OP_JOIN, OP_ACK)  # opcodes whose payload is the 16-byte header alone
-REDUCE_SUM = 0                   # how the switch combines a slot's contributions (byte 14, reduce_op)
-REDUCE_MIN = 1
-REDUCE_MAX = 2
-REDUCE_OPS = {REDUCE_SUM: "sum", REDUCE_MIN: "min", REDUCE_MAX: "max"}
-# Who sends data and who gets it (byte 15, bits 7..5; bits 4..0 are the root worker).
-COLL_ALLREDUCE = 0               # all send, all get the result
-COLL_REDUCE = 1                  # all send, the root gets the result, the others an ACK
-COLL_BROADCAST = 2               # the root sends, the others JOIN; all get the root's chunk
-COLL_BARRIER = 3                 # all JOIN, all get an ACK
-COLLECTIVES = {COLL_ALLREDUCE: "allreduce", COLL_REDUCE: "reduce", COLL_BROADCAST: "broadcast",
-               COLL_BARRIER: "barrier"}
-
-FLAG_OVERFLOW = 0x01
-FLAG_RESENT = 0x02
-FLAG_PARTIAL = 0x04              # between switches only: a leaf's partial sum, or a result for leaves
-FLAG_RETRANSMIT = 0x08           # a contribution sent again; a result whose round had one
-
-HEADER_SIZE = 16
+INC_K = DEFAULT_ELEMENTS_PER_PACKET   # elements per packet
 ELEMENT_BYTES = 4 * INC_K
 PAYLOAD_SIZE = HEADER_SIZE + ELEMENT_BYTES    # the UDP payload of every INC packet but JOIN and ACK
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from hosts.agent import IncError, JobConfig, Worker
+from hosts.args import address, output_file, port
 from hosts.engine import ENGINES
 from hosts.inc import AGG_IP, INC_K, INC_PORT, MAX_ELEMENTS, RING_PORT
 from hosts.matrix import COLLECTIVES, call_collective, run_matrix
@@ -58,14 +59,6 @@ def run_collective(worker: Worker | RingWorker, tensor: np.ndarray, args: argpar
     return np.zeros(0, tensor.dtype) if result is None else result
 
 
-def parse_address(text: str) -> tuple[str, int]:
-    host, _, port = text.partition(":")
-    try:
-        return host, int(port) if port else INC_PORT
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not IP or IP:PORT") from None
-
-
 def parse_peers(text: str) -> list[str]:
     peers = [p.strip() for p in text.split(",") if p.strip()]
     if not peers:
@@ -86,12 +79,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--algorithm", choices=("inc", "ring"), default="inc",
                    help="inc: aggregate in the switch (default); ring: the host ring baseline, "
                         "the switch only forwards")
-    p.add_argument("--aggregator", type=parse_address, default=(AGG_IP, INC_PORT),
+    p.add_argument("--aggregator", type=address(INC_PORT), default=(AGG_IP, INC_PORT),
                    help=f"inc: the switch's aggregator address IP[:PORT] (default {AGG_IP}:{INC_PORT})")
     p.add_argument("--peers", type=parse_peers,
                    help="ring: every worker's IP in worker-id order, comma separated, e.g. "
                         "10.0.0.1,10.0.0.2 (all on --port)")
-    p.add_argument("--port", type=int,
+    p.add_argument("--port", type=port,
                    help="local UDP port: inc results arrive on it, as in the controller's worker entry "
                         f"(default {INC_PORT}); ring peers listen on it (default {RING_PORT})")
     p.add_argument("--bind", default="0.0.0.0",
@@ -119,7 +112,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--check", action="store_true",
                    help="with --size: compare the result against numpy's float64 sum of all workers' "
                         "tensors, within docs/protocol.md's error bound (exact for int32)")
-    p.add_argument("--output", type=Path, help="write the result of the last iteration to this .npy file")
+    p.add_argument("--output", type=output_file,
+                   help="write the result of the last iteration to this .npy file (its folder is created; "
+                        "checked writable before anything runs)")
     p.add_argument("--iterations", type=int, default=1, help="AllReduce calls to time (default 1)")
     p.add_argument("--warmup", type=int, default=0,
                    help="untimed AllReduce calls first, e.g. to let every worker start and the timers learn "
@@ -247,6 +242,10 @@ def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         parser.error(f"--algorithm ring only sums; --op {args.op} needs inc")
     if args.collective != "allreduce" and (args.algorithm == "ring" or args.check):
         parser.error(f"--collective {args.collective} runs on inc only, without --check")
+    if args.workers < 1:
+        parser.error(f"--workers must be at least 1, not {args.workers}")
+    if args.size is not None and args.size < 0:
+        parser.error(f"--size must not be negative, not {args.size}")
     if not 0 <= args.root < args.workers:
         parser.error(f"--root must be a worker 0..{args.workers - 1}, not {args.root}")
     if args.algorithm == "ring":

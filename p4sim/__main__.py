@@ -10,9 +10,12 @@ import signal
 import sys
 import threading
 from pathlib import Path
+from typing import Callable
 
 from . import P4Error, Program, Switch, compile_file
-from .dataplane import SLOW_PRESETS, Dataplane, DataplaneError, SlowMode, parse_interface
+from .backends import default_backend
+from .cbuild import BuildError
+from .dataplane import SLOW_PRESETS, CDataplane, Dataplane, DataplaneError, SlowMode, parse_interface
 from .p4info import build_p4info, to_text
 from .runtime.p4runtime import P4RuntimeService, serve
 from .runtime.thrift import DEFAULT_THRIFT_PORT, serve_thrift
@@ -20,6 +23,7 @@ from .runtime.thrift import DEFAULT_THRIFT_PORT, serve_thrift
 log = logging.getLogger("p4sim")
 
 DEFAULT_GRPC_ADDR = "127.0.0.1:9559"
+SWITCH_PORTS = 511          # v1model's egress_spec is 9 bits and port 511 drops: ports are 0..510
 LOG_LEVELS = {"trace": logging.DEBUG, "debug": logging.DEBUG, "info": logging.INFO,
               "warn": logging.WARNING, "error": logging.ERROR, "off": logging.CRITICAL + 1}
 
@@ -35,6 +39,11 @@ Slow target (p4sim only, off by default): --slow bmv2 serves 8500 packets/s with
 latency and a 1024-packet queue, like BMv2's default build; --slow bmv2-tenth is a tenth of that
 speed. --slow-pps, --slow-queue and --slow-latency-us set or override each figure. Queue drops
 and counts are logged ("slow target: ...") every second and when the switch stops.
+
+Backends: --backend c compiles the program to C and moves packets in C (batched, no GIL);
+--backend python runs today's generated Python and packet loop. The default is c where a C
+compiler is present (else python, and a log line says why); P4SIM_BACKEND sets it too.
+A program the C backend cannot compile yet runs on the Python pipeline (a log line says so).
 
 Subcommand: python -m p4sim compile PROG.p4 -o DIR  (see `python -m p4sim compile --help`)
 """
@@ -63,7 +72,7 @@ def switch_parser() -> argparse.ArgumentParser:
                    help="start without a program; the controller pushes one with SetForwardingPipelineConfig")
     p.add_argument("-i", "--interface", action="append", default=[], metavar="PORT@IFACE",
                    help="attach switch port PORT to network interface IFACE (repeatable)")
-    p.add_argument("--device-id", type=int, default=0, help="P4Runtime device id (default 0)")
+    p.add_argument("--device-id", type=_number(0, 2**64 - 1), default=0, help="P4Runtime device id (default 0)")
     p.add_argument("--pcap", nargs="?", const=".", metavar="DIR",
                    help="write IFACE_in.pcap and IFACE_out.pcap for every port into DIR (default: .)")
     p.add_argument("--log-console", action="store_true",
@@ -72,7 +81,10 @@ def switch_parser() -> argparse.ArgumentParser:
                    help="log level (default info; trace also turns on packet tracing)")
     p.add_argument("-I", "--include", action="append", default=[], metavar="DIR",
                    help="extra include directory for a .p4 program")
-    p.add_argument("--thrift-port", type=int, nargs="?", const=DEFAULT_THRIFT_PORT, metavar="PORT",
+    p.add_argument("--backend", choices=("c", "python"),
+                   help="c: compiled pipeline and C packet loop; python: generated Python and the Python "
+                        "loop (default: c where a C compiler is present, else python; or $P4SIM_BACKEND)")
+    p.add_argument("--thrift-port", type=_number(0, 65535, "port"), nargs="?", const=DEFAULT_THRIFT_PORT, metavar="PORT",
                    help="also serve BMv2's Thrift runtime (simple_switch_CLI) on 127.0.0.1:PORT "
                         f"(default {DEFAULT_THRIFT_PORT}); off unless given")
     slow = p.add_argument_group("slow target (p4sim only; off by default)")
@@ -101,10 +113,32 @@ def slow_mode(args: argparse.Namespace) -> SlowMode | None:
 
 
 def _target_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--grpc-server-addr", metavar="HOST:PORT",
+    p.add_argument("--grpc-server-addr", metavar="HOST:PORT", type=_listen_address,
                    help=f"P4Runtime listen address (default {DEFAULT_GRPC_ADDR})")
-    p.add_argument("--cpu-port", type=int, metavar="PORT",
+    p.add_argument("--cpu-port", type=_number(0, SWITCH_PORTS - 1, "switch port"), metavar="PORT",
                    help="port whose packets go to / come from the controller (PacketIn/PacketOut)")
+
+
+def _number(low: int, high: int, what: str = "value") -> Callable[[str], int]:
+    """An argparse type: a whole number in low..high."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{what} {value} is not in {low}..{high}")
+        return value
+    return parse
+
+
+def _listen_address(text: str) -> str:
+    """HOST:PORT to listen on (port 0: any free one)."""
+    host, colon, port = text.rpartition(":")
+    if not colon or not host:
+        raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT")
+    _number(0, 65535, "port")(port)
+    return text
 
 
 def switch_main(argv: list[str]) -> int:
@@ -126,6 +160,8 @@ def switch_main(argv: list[str]) -> int:
         interfaces = dict(parse_interface(spec) for spec in args.interface)
     except ValueError as err:
         parser.error(f"-i: {err}")
+    if bad := [n for n in interfaces if n >= SWITCH_PORTS]:
+        parser.error(f"-i: switch port {bad[0]} is not in 0..{SWITCH_PORTS - 1}")
     try:
         args.slow_mode = slow_mode(args)
     except ValueError as err:
@@ -164,13 +200,19 @@ def run_switch(args: argparse.Namespace, program: Program | None, interfaces: di
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     try:
-        dataplane = Dataplane(interfaces, args.pcap, args.slow_mode)
-    except DataplaneError as err:
+        backend = args.backend or default_backend()
+        dataplane = (CDataplane(interfaces, args.pcap, args.slow_mode, args.cpu_port) if backend == "c"
+                     else Dataplane(interfaces, args.pcap, args.slow_mode))
+    except (DataplaneError, ValueError) as err:
         print(f"p4sim: {err}", file=sys.stderr)
         return 1
-    server = service = thrift = None
+    except BuildError as err:
+        log.debug("%s", err.details)
+        print(f"p4sim: cannot build the C data plane: {err}", file=sys.stderr)
+        return 1
+    server = service = thrift = switch = None
     try:
-        switch = Switch(program, cpu_port=args.cpu_port, trace=trace)
+        switch = Switch(program, cpu_port=args.cpu_port, trace=trace, backend=backend)
         service = P4RuntimeService(switch, Program.from_device_config, device_id=args.device_id,
                                    cpu_port=args.cpu_port, transmit=dataplane.transmit,
                                    program=program)
@@ -188,7 +230,11 @@ def run_switch(args: argparse.Namespace, program: Program | None, interfaces: di
         def on_packet(port_number: int, data: bytes) -> None:
             service.handle_outputs(switch.process(port_number, data))
 
-        dataplane.run(on_packet, stop)
+        if isinstance(dataplane, CDataplane):
+            dataplane.follow(switch)
+            dataplane.run(on_packet, stop, packet_in=service.packet_in)
+        else:
+            dataplane.run(on_packet, stop)
     except P4Error as err:      # the traced variant is compiled when the switch loads it
         print(err, file=sys.stderr)
         return 1
@@ -203,6 +249,8 @@ def run_switch(args: argparse.Namespace, program: Program | None, interfaces: di
         if service is not None:
             service.close()
         dataplane.close()
+        if hasattr(switch, "close"):      # a compiled pipeline, freed once no loop runs it
+            switch.close()
     log.info("p4sim stopped")
     return 0
 

@@ -3,14 +3,16 @@ counters, meters, and the packet replication engine's groups and clone sessions.
 
 The pipeline reads it per packet; the P4Runtime server writes it. Values are plain
 ints already checked against the P4Info widths; errors are StateError with the gRPC
-status name the server reports.
+status name the server reports. A compiled data plane (backends/c) keeps its own copy,
+told of every change through a Mirror, and lends the storage it updates per packet
+(registers, counters, meters, entries' direct counters and last hits) to these objects.
 """
 from __future__ import annotations
 
 import heapq
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable, MutableSequence
 
 from .ir import (ActionProfileInfo, ConstEntry, CounterInfo, MeterInfo, ProgramInfo, RegisterInfo, TableInfo,
                  ValueSetInfo, priority_from_bmv2)
@@ -69,6 +71,97 @@ class Meter:
             return YELLOW
         self._tc -= units
         return GREEN
+
+
+class Mirror:
+    """What a compiled data plane is told of every change, and the storage it lends. This
+    one keeps no copy: the Python backend reads these objects themselves."""
+
+    def register_cells(self, info: RegisterInfo) -> MutableSequence[int]:
+        return [0] * info.size
+
+    def counter_cells(self, info: CounterInfo) -> tuple[MutableSequence[int], MutableSequence[int]]:
+        return [0] * info.size, [0] * info.size
+
+    def meter_cells(self, info: MeterInfo) -> list[Meter]:
+        return [Meter() for _ in range(info.size)]
+
+    def entry_added(self, table: TableState, entry: TableEntry) -> None:
+        """A new entry (its handle set); raise StateError to refuse it."""
+
+    def entry_modified(self, table: TableState, entry: TableEntry) -> None:
+        pass
+
+    def entry_deleted(self, table: TableState, entry: TableEntry) -> None:
+        pass
+
+    def default_changed(self, table: TableState) -> None:
+        pass
+
+    def value_set_changed(self, value_set: ValueSetState) -> None:
+        pass
+
+    def member_changed(self, profile: ActionProfileState, member_id: int) -> None:
+        """A member inserted, modified or (absent from profile.members) deleted."""
+
+    def group_changed(self, profile: ActionProfileState, group_id: int) -> None:
+        """A group written or (absent from profile.groups) deleted."""
+
+    def multicast_group_changed(self, group_id: int, replicas: list[tuple[int, int]] | None) -> None:
+        pass
+
+    def clone_session_changed(self, session_id: int, session: CloneSession | None) -> None:
+        pass
+
+
+NO_MIRROR = Mirror()
+
+
+class WatchedDict(dict):
+    """A dict that tells `changed(key, value)` of every change (value None: removed)."""
+
+    def __init__(self, changed: Callable[[Any, Any], None]) -> None:
+        super().__init__()
+        self._changed = changed
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        super().__setitem__(key, value)
+        self._changed(key, value)
+
+    def __delitem__(self, key: Any) -> None:
+        super().__delitem__(key)
+        self._changed(key, None)
+
+    def pop(self, key: Any, *default: Any) -> Any:
+        if key not in self:
+            return super().pop(key, *default)
+        value = super().pop(key)
+        self._changed(key, None)
+        return value
+
+    def popitem(self) -> tuple[Any, Any]:
+        key, value = super().popitem()
+        self._changed(key, None)
+        return key, value
+
+    def clear(self) -> None:
+        keys = list(self)
+        super().clear()
+        for key in keys:
+            self._changed(key, None)
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        for key, value in dict(*args, **kwargs).items():
+            self[key] = value
+
+    def setdefault(self, key: Any, default: Any = None) -> Any:
+        if key not in self:
+            self[key] = default
+        return self[key]
+
+    def __ior__(self, other: Any) -> WatchedDict:
+        self.update(other)
+        return self
 
 
 @dataclass(eq=False)
@@ -163,8 +256,9 @@ class TableState:
     per prefix length, longest first; the rest scan entries by falling priority.
     """
 
-    def __init__(self, info: TableInfo) -> None:
+    def __init__(self, info: TableInfo, mirror: Mirror = NO_MIRROR) -> None:
         self.info = info
+        self._mirror = mirror
         self._entries: dict[tuple, TableEntry] = {}
         # Handles as BMv2's: the lowest free slot, with a version bumped each time a slot is freed.
         self._slots: dict[int, TableEntry] = {}
@@ -198,10 +292,15 @@ class TableState:
         old = self.get(entry.match, entry.priority)
         old.action, old.args, old.member, old.group = entry.action, entry.args, entry.member, entry.group
         old.idle_timeout_ns, old.metadata = entry.idle_timeout_ns, entry.metadata
+        self._mirror.entry_modified(self, old)
 
     def delete(self, match: tuple[Match, ...], priority: int = 0) -> None:
         self._check_mutable()
         entry = self.get(match, priority)
+        self._mirror.entry_deleted(self, entry)
+        self._remove(entry)
+
+    def _remove(self, entry: TableEntry) -> None:
         match = entry.match
         del self._entries[(match, entry.priority)]
         slot = entry.handle & SLOT_MASK
@@ -248,10 +347,12 @@ class TableState:
             raise StateError("PERMISSION_DENIED",
                              f"table {self.info.name} has a const default action")
         self.default_action, self.default_args = action, tuple(args)
+        self._mirror.default_changed(self)
 
     def reset_default(self) -> None:
         self.default_action = self.info.default_action
         self.default_args = tuple(self.info.default_args)
+        self._mirror.default_changed(self)
 
     # --- data plane ----------------------------------------------------------
     def lookup(self, keys: tuple[int, ...]) -> TableEntry | None:
@@ -324,6 +425,11 @@ class TableState:
             self._scan.append((_matcher(entry.match, self.info), entry))
             # Highest priority first; among equals the earlier entry stays first.
             self._scan.sort(key=lambda pair: -pair[1].priority)
+        try:
+            self._mirror.entry_added(self, entry)
+        except StateError:
+            self._remove(entry)
+            raise
 
     def _plen(self, match: tuple[Match, ...]) -> int:
         m = match[self._lpm_index]
@@ -335,9 +441,9 @@ class TableState:
 
 
 class RegisterArray:
-    def __init__(self, info: RegisterInfo) -> None:
+    def __init__(self, info: RegisterInfo, mirror: Mirror = NO_MIRROR) -> None:
         self.info = info
-        self.values = [0] * info.size
+        self.values = mirror.register_cells(info)
 
     def read(self, index: int) -> int:
         self._check(index)
@@ -354,10 +460,9 @@ class RegisterArray:
 
 
 class CounterArray:
-    def __init__(self, info: CounterInfo) -> None:
+    def __init__(self, info: CounterInfo, mirror: Mirror = NO_MIRROR) -> None:
         self.info = info
-        self.packets = [0] * info.size
-        self.bytes = [0] * info.size
+        self.packets, self.bytes = mirror.counter_cells(info)
 
     def count(self, index: int, nbytes: int) -> None:
         if 0 <= index < self.info.size:     # out of range counts nothing, as in BMv2
@@ -366,9 +471,9 @@ class CounterArray:
 
 
 class MeterArray:
-    def __init__(self, info: MeterInfo) -> None:
+    def __init__(self, info: MeterInfo, mirror: Mirror = NO_MIRROR) -> None:
         self.info = info
-        self.meters = [Meter() for _ in range(info.size)]
+        self.meters = mirror.meter_cells(info)
 
     def set_config(self, index: int, cir: float, cburst: int, pir: float, pburst: int) -> None:
         self._at(index).set_config(cir, cburst, pir, pburst)
@@ -387,8 +492,9 @@ class MeterArray:
 class ValueSetState:
     """The members of a parser value_set; a select case matches if any member does."""
 
-    def __init__(self, info: ValueSetInfo) -> None:
+    def __init__(self, info: ValueSetInfo, mirror: Mirror = NO_MIRROR) -> None:
         self.info = info
+        self._mirror = mirror
         self.members: list[tuple[Match, ...]] = []
         self._checks: list[Callable[[tuple[int, ...]], bool]] = []
 
@@ -401,6 +507,7 @@ class ValueSetState:
         canonical = [_canonical(m, as_table) for m in members]
         self.members = canonical
         self._checks = [_matcher(m, as_table) for m in canonical]
+        self._mirror.value_set_changed(self)
 
     def matches(self, keys: tuple[int, ...]) -> bool:
         return any(check(keys) for check in self._checks)
@@ -434,8 +541,9 @@ class ActionProfileState:
     takes the n-th handle of the group's ordered set); handles are BMv2's, the lowest free.
     """
 
-    def __init__(self, info: ActionProfileInfo) -> None:
+    def __init__(self, info: ActionProfileInfo, mirror: Mirror = NO_MIRROR) -> None:
         self.info = info
+        self._mirror = mirror
         self.members: dict[int, Member] = {}
         self.groups: dict[int, Group] = {}
         self._order: dict[int, list[Member]] = {}   # group id -> its members by handle
@@ -448,10 +556,12 @@ class ActionProfileState:
         used = {m.handle for m in self.members.values()}
         handle = next(h for h in range(len(used) + 1) if h not in used)
         self.members[member_id] = Member(action, tuple(args), handle)
+        self._mirror.member_changed(self, member_id)
 
     def modify_member(self, member_id: int, action: str, args: tuple[int, ...]) -> None:
         m = self.member(member_id)
         m.action, m.args = action, tuple(args)
+        self._mirror.member_changed(self, member_id)
 
     def delete_member(self, member_id: int, tables: list[TableState]) -> None:
         self.member(member_id)
@@ -459,6 +569,7 @@ class ActionProfileState:
                 any(e.member == member_id for t in tables for e in t.entries()):
             raise StateError("FAILED_PRECONDITION", f"member {member_id} of {self.info.name} is still used")
         del self.members[member_id]
+        self._mirror.member_changed(self, member_id)
 
     def member(self, member_id: int) -> Member:
         try:
@@ -485,12 +596,14 @@ class ActionProfileState:
             raise StateError("RESOURCE_EXHAUSTED", f"group {group_id} holds at most {limit} members")
         self.groups[group_id] = Group(set(members), max_size)
         self._order[group_id] = sorted((self.members[m] for m in members), key=lambda m: m.handle)
+        self._mirror.group_changed(self, group_id)
 
     def delete_group(self, group_id: int, tables: list[TableState]) -> None:
         self.group(group_id)
         if any(e.group == group_id for t in tables for e in t.entries()):
             raise StateError("FAILED_PRECONDITION", f"group {group_id} of {self.info.name} is still used")
         del self.groups[group_id], self._order[group_id]
+        self._mirror.group_changed(self, group_id)
 
     def group(self, group_id: int) -> Group:
         try:
@@ -514,6 +627,10 @@ class ActionProfileState:
             raise StateError("INVALID_ARGUMENT", f"an entry of a table with action profile {self.info.name} "
                              "needs a member or group id, not an action")
 
+    def group_order(self, group_id: int) -> list[int]:
+        """A group's member ids in the order a selector counts them (BMv2's member handles)."""
+        return sorted(self.groups[group_id].members, key=lambda m: self.members[m].handle)
+
     def choose(self, entry: TableEntry, hash_value: int) -> Member | None:
         """The member an entry runs; None (the default action) for a group left empty."""
         if entry.member is not None:
@@ -522,26 +639,32 @@ class ActionProfileState:
         return members[hash_value % len(members)] if members else None
 
     def reset(self) -> None:
+        groups, members = list(self.groups), list(self.members)
         self.members.clear()
         self.groups.clear()
         self._order.clear()
+        for group_id in groups:
+            self._mirror.group_changed(self, group_id)
+        for member_id in members:
+            self._mirror.member_changed(self, member_id)
 
 
 class SwitchState:
     """All state of one pipeline; a new pipeline gets a fresh SwitchState."""
 
-    def __init__(self, info: ProgramInfo) -> None:
+    def __init__(self, info: ProgramInfo, mirror: Mirror = NO_MIRROR) -> None:
         self.info = info
-        self.tables = {name: TableState(t) for name, t in info.tables.items()}
-        self.registers = {name: RegisterArray(r) for name, r in info.registers.items()}
-        self.counters = {name: CounterArray(c) for name, c in info.counters.items()
+        self.mirror = mirror
+        self.tables = {name: TableState(t, mirror) for name, t in info.tables.items()}
+        self.registers = {name: RegisterArray(r, mirror) for name, r in info.registers.items()}
+        self.counters = {name: CounterArray(c, mirror) for name, c in info.counters.items()
                          if c.direct_table is None}
-        self.meters = {name: MeterArray(m) for name, m in info.meters.items()
+        self.meters = {name: MeterArray(m, mirror) for name, m in info.meters.items()
                        if m.direct_table is None}
-        self.value_sets = {name: ValueSetState(v) for name, v in info.value_sets.items()}
-        self.action_profiles = {name: ActionProfileState(ap) for name, ap in info.action_profiles.items()}
-        self.multicast_groups: dict[int, list[tuple[int, int]]] = {}
-        self.clone_sessions: dict[int, CloneSession] = {}
+        self.value_sets = {name: ValueSetState(v, mirror) for name, v in info.value_sets.items()}
+        self.action_profiles = {name: ActionProfileState(ap, mirror) for name, ap in info.action_profiles.items()}
+        self.multicast_groups: dict[int, list[tuple[int, int]]] = WatchedDict(mirror.multicast_group_changed)
+        self.clone_sessions: dict[int, CloneSession] = WatchedDict(mirror.clone_session_changed)
 
     def reset(self) -> None:
         """Back to the program's initial state in place (the pipeline holds these objects):

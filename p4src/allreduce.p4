@@ -15,6 +15,9 @@
  ***************************  C O N S T A N T S  *************************
  *************************************************************************/
 
+// The protocol's numbers are also those of the hosts and the controller (protocol/, in
+// Python); tests/protocol checks that both say the same.
+
 const bit<16> TYPE_IPV4 = 0x0800;
 const bit<16> TYPE_ARP  = 0x0806;
 const bit<8>  PROTO_UDP = 17;

@@ -1,6 +1,8 @@
 """Project-wide test setup: tests marked `mininet`, `impairment` or `bmv2` skip, naming exactly
-the tool they lack; `--target bmv2` runs the Mininet fabric tests on BMv2 instead of p4sim; every test fails if it leaves threads, child processes, network namespaces
-or veths behind; SIGTERM unwinds like Ctrl-C.
+the tool they lack; `--target bmv2` runs the Mininet fabric tests on BMv2 instead of p4sim; every
+test fails if it leaves threads, processes (children, grandchildren, zombies), network namespaces
+or veths behind; SIGTERM unwinds like Ctrl-C; the per-test timeout (pyproject.toml) does not run
+while a test waits for another fabric on the machine to give up the fabric slot.
 """
 from __future__ import annotations
 
@@ -11,11 +13,14 @@ import shutil
 import signal
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import pytest
+
+from topologies import machine
 
 # How long what a test started may take to end after it: gRPC servers and streams wind down.
 LEAK_GRACE_S = 5.0
@@ -69,6 +74,68 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 break
 
 
+# The per-test timer as pytest-timeout last set it: (settings, when), by item.
+_TIMER = pytest.StashKey[tuple[Any, float]]()
+_running: list[pytest.Item] = []
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    _running.append(item)
+    try:
+        return (yield)
+    finally:
+        _running.pop()
+
+
+def pytest_timeout_set_timer(item: pytest.Item, settings: Any) -> None:
+    """Remember the timer pytest-timeout is about to set (returning None lets it set it)."""
+    item.stash[_TIMER] = (settings, time.monotonic())
+
+
+@contextmanager
+def timer_paused() -> Iterator[None]:
+    """Stop the running test's timeout while inside; it resumes with what was left of it."""
+    item = _running[-1] if _running else None
+    timer = item.stash.get(_TIMER, None) if item is not None else None
+    if timer is None:
+        yield
+        return
+    settings, since = timer
+    left = max(1.0, settings.timeout - (time.monotonic() - since))
+    item.config.hook.pytest_timeout_cancel_timer(item=item)
+    try:
+        yield
+    finally:
+        item.config.hook.pytest_timeout_set_timer(item=item, settings=settings._replace(timeout=left))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def fabric_slot_waits_are_not_test_time() -> Iterator[None]:
+    """Waiting for another checkout's fabric to end is not the test's own time (the wait is
+    bounded by machine.LOCK_TIMEOUT_S and says whom it waits for)."""
+    take = machine.take_slot
+
+    def take_paused(*args: Any, **kwargs: Any) -> Any:
+        with timer_paused():
+            return take(*args, **kwargs)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(machine, "take_slot", take_paused)
+        yield
+
+
+@pytest.fixture
+def fabric_slot_free() -> None:
+    """For a test whose fabric starts in a subprocess (make demo, bench): wait, timer paused,
+    until no fabric holds the machine's slot, so the subprocess's own time limit is its run's."""
+    with timer_paused():
+        deadline = time.monotonic() + machine.LOCK_TIMEOUT_S
+        while (holder := machine.fabric_up()) is not None:
+            if time.monotonic() > deadline:
+                pytest.fail(f"{holder.describe()} held the machine's fabric slot for {machine.LOCK_TIMEOUT_S:.0f} s")
+            time.sleep(1.0)
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     # A CI timeout's SIGTERM then unwinds like Ctrl-C: fixture teardowns still stop
     # the switches and namespaces they started.
@@ -79,22 +146,36 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """What this process has running or has made: threads, live children, and the network
-    namespaces and interfaces named with its tag (other processes' are not its business;
-    Mininet fabrics check their own switch veths while they hold the machine lock)."""
+    """What this process has running or has made: threads, descendant processes (children,
+    their children, and zombies nobody reaped), and the network namespaces and interfaces named
+    with its tag (other processes' are not its business; Mininet fabrics check their own switch
+    veths while they hold the machine lock)."""
     threads: frozenset[threading.Thread]
-    children: frozenset[int]
+    processes: frozenset[Descendant]
     netdevs: frozenset[str]
 
     @classmethod
     def take(cls) -> Snapshot:
-        return cls(frozenset(t for t in threading.enumerate() if t.is_alive()), frozenset(_children()),
+        return cls(frozenset(t for t in threading.enumerate() if t.is_alive()), frozenset(_descendants()),
                    frozenset(_tagged_netdevs()))
 
     def new_since(self, before: Snapshot) -> list[str]:
         return ([f"thread {t.name}" for t in self.threads - before.threads]
-                + [f"child process {pid} ({_cmdline(pid)})" for pid in sorted(self.children - before.children)]
+                + [str(p) for p in sorted(self.processes - before.processes)]
                 + [f"{what}" for what in sorted(self.netdevs - before.netdevs)])
+
+
+@dataclass(frozen=True, order=True)
+class Descendant:
+    """A process below this one: a zombie is one that ended and was never waited for."""
+    pid: int
+    generation: int         # 1: a child, 2: a grandchild, ...
+    zombie: bool
+
+    def __str__(self) -> str:
+        relation = {1: "child", 2: "grandchild"}.get(self.generation, f"generation-{self.generation} descendant")
+        what = f"zombie, was {_comm(self.pid)}" if self.zombie else _cmdline(self.pid)
+        return f"{relation} process {self.pid} ({what})"
 
 
 @pytest.fixture(autouse=True)
@@ -114,16 +195,20 @@ def process_tag() -> str:
     return str(os.getpid() % 100000)
 
 
-def _children() -> list[int]:
-    """Live (not zombie) child processes of this process, from /proc."""
-    me, found = str(os.getpid()), []
+def _descendants() -> list[Descendant]:
+    """Every process below this one in /proc's parent links, zombies included."""
+    parents: dict[int, list[tuple[int, bool]]] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = stat.read_text().rpartition(")")[2].split()
         except OSError:
             continue
-        if fields[1] == me and fields[0] != "Z":
-            found.append(int(stat.parent.name))
+        parents.setdefault(int(fields[1]), []).append((int(stat.parent.name), fields[0] == "Z"))
+    found, level, generation = [], [os.getpid()], 1
+    while level:
+        below = [(pid, zombie) for parent in level for pid, zombie in parents.get(parent, [])]
+        found += [Descendant(pid, generation, zombie) for pid, zombie in below]
+        level, generation = [pid for pid, _ in below], generation + 1
     return found
 
 
@@ -139,6 +224,13 @@ def _listdir(path: Path) -> list[Path]:
         return list(path.iterdir())
     except OSError:
         return []
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return "reaped"
 
 
 def _cmdline(pid: int) -> str:

@@ -4,16 +4,14 @@ veth pairs to P4Runtime switch nodes, with optional loss and duplication on host
 """
 from __future__ import annotations
 
-import fcntl
 import logging
-import os
 import re
 import signal
 import subprocess
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Iterator
 
@@ -22,6 +20,8 @@ from mininet.net import Mininet
 from mininet.node import Host
 from mininet.topo import Topo
 
+from topologies import machine
+from topologies.nodes import BoundedHost, BoundedShell, NodeGone
 from topologies.procs import Recorded, end_child, record
 from topologies.spec import Topology
 from topologies.switches import switch_class
@@ -29,8 +29,6 @@ from topologies.switches import switch_class
 log = logging.getLogger(__name__)
 
 TOPOLOGY_FILE = "topology.json"
-FABRIC_LOCK = Path("/run/lock/p4inc-fabric.lock")
-LOCK_TIMEOUT_S = 1800.0
 IMPAIR_TABLE = "p4inc_impair"
 _NFT_COUNTER = re.compile(r"counter packets (\d+) bytes \d+ (drop|dup|meta priority)\b")
 _COUNT_NAMES = {"drop": "drop", "dup": "dup", "meta priority": "reorder"}
@@ -125,6 +123,7 @@ class Fabric:
     net: Mininet | None = None
     _impairment: Impairment | None = None
     _lock: IO[str] | None = None
+    _started: float = 0.0
     left_behind: list[str] = field(default_factory=list)    # processes and veths still there at stop()
     _children: list[tuple[subprocess.Popen, Recorded]] = field(default_factory=list)
 
@@ -141,11 +140,16 @@ class Fabric:
 
     def start(self) -> None:
         """Write the topology file, create hosts and links, start switches, configure hosts."""
-        self._lock = _machine_lock()
-        self.topo.dump(self.options.topology_path)
+        try:
+            self._lock = machine.take_slot(self.options.build_dir)
+        except machine.SlotError as e:
+            raise FabricError(str(e)) from None
+        self._started = time.time()
+        # The controller reads the target from here: it decides how registers are reached.
+        replace(self.topo, target=self.options.target).dump(self.options.topology_path)
         cls = switch_class(self.options.target)
-        self.net = Mininet(topo=_MininetTopo(self.topo, self.options), switch=cls, controller=None,
-                           autoSetMacs=False, build=False)
+        self.net = Mininet(topo=_MininetTopo(self.topo, self.options), host=BoundedHost, switch=cls,
+                           controller=None, autoSetMacs=False, build=False)
         try:
             self.net.build()
         except Exception as e:  # Mininet raises bare Exceptions, e.g. for an existing veth name
@@ -174,6 +178,10 @@ class Fabric:
             if self._impairment is not None and self._impairment.switch_loss_pct:
                 unimpair_switch_links(self.topo)
             if self.net is not None:
+                # Mininet would wait forever on a dead shell; without one, its commands are skipped.
+                for node in self._nodes():
+                    if node.shell is not None and node.shell_ended() is not None:
+                        node.terminate()
                 self.net.stop()
         finally:
             if self.net is not None:
@@ -193,6 +201,33 @@ class Fabric:
             raise FabricError("the fabric is not running")
         return self.net[name]
 
+    def check(self) -> None:
+        """Raise FabricError if part of the fabric is gone (a shell, a switch target, an
+        interface), naming what and who removed it, as far as the machine's records say."""
+        if self.net is None:
+            raise FabricError("the fabric is not running")
+        gone = [f"{node.name}'s shell ({ended})" for node in self._nodes() if (ended := node.shell_ended())]
+        gone += [f"{sw.name}'s {sw.target} (exit {sw.proc.returncode})" for sw in self.net.switches
+                 if sw.proc is not None and sw.proc.poll() is not None]
+        missing = [name for name in self.topo.switch_intfs() if not Path("/sys/class/net", name).exists()]
+        if missing:
+            gone.append(f"interface{'s' if len(missing) > 1 else ''} {', '.join(missing)}")
+        if gone:
+            raise FabricError(f"the fabric of {self.options.build_dir} is gone: {'; '.join(gone)} ended or "
+                              f"removed; {machine.who_tore_down(self.options.build_dir, self._started)}")
+
+    @contextmanager
+    def _alive(self) -> Iterator[None]:
+        """Turn a node's dead shell or stuck command into a FabricError that says what is gone."""
+        try:
+            yield
+        except NodeGone as e:
+            self.check()
+            raise FabricError(str(e)) from None
+
+    def _nodes(self) -> list[BoundedShell]:
+        return self.net.hosts + self.net.switches
+
     def run_host_commands(self) -> None:
         """Run each host's `commands` from the topology, in its namespace; stop at the first failure."""
         for spec in self.topo.hosts.values():
@@ -201,7 +236,8 @@ class Fabric:
 
     def sh(self, host: str, command: str) -> str:
         """Run a shell command in a host; return its output, raise FabricError if it fails."""
-        out = self.host(host).cmd(f"{command}; echo __rc=$?")
+        with self._alive():
+            out = self.host(host).cmd(f"{command}; echo __rc=$?")
         text, _, rc = out.rstrip().rpartition("__rc=")
         if rc.strip() != "0":
             raise FabricError(f"{host}: `{command}` failed (exit {rc.strip()}): {text.strip()}")
@@ -209,6 +245,7 @@ class Fabric:
 
     def popen(self, host: str, args: list[str], **kwargs) -> subprocess.Popen:
         """Start a process in a host's namespace; `stop()` ends it if it is still running."""
+        self.check()        # a dead host has no namespace to start it in
         proc = self.host(host).popen(args, **kwargs)
         rec = record(self.options.run_dir, f"{host}-{proc.pid}", proc.pid, " ".join(args))
         self._children.append((proc, rec))
@@ -216,6 +253,10 @@ class Fabric:
 
     def _quiet_interfaces(self) -> None:
         """Offloads off (veths fill checksums lazily) and IPv6 off (no stray RS/MLD frames)."""
+        with self._alive():
+            self._quiet_nodes()
+
+    def _quiet_nodes(self) -> None:
         for node in self.net.hosts:
             node.cmd("sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1 "
                      "net.ipv6.conf.lo.disable_ipv6=1")
@@ -230,6 +271,10 @@ class Fabric:
     def impair(self, impairment: Impairment | None) -> None:
         """Replace the loss/duplication/reordering rules on every host link and the loss rules
         on every link between switches (None: none)."""
+        with self._alive():
+            self._impair(impairment)
+
+    def _impair(self, impairment: Impairment | None) -> None:
         had_lanes = self._impairment is not None and self._impairment.reorder_pct > 0
         had_switch_loss = self._impairment is not None and self._impairment.switch_loss_pct > 0
         self._impairment = impairment
@@ -261,7 +306,8 @@ class Fabric:
         """Packets the impairment rules dropped, duplicated and sent down the slow lane so far."""
         counts = dict.fromkeys(_COUNT_NAMES.values(), 0)
         for spec in self.topo.hosts.values():
-            rules = self.host(spec.name).cmd(f"nft list table netdev {IMPAIR_TABLE} 2>/dev/null")
+            with self._alive():
+                rules = self.host(spec.name).cmd(f"nft list table netdev {IMPAIR_TABLE} 2>/dev/null")
             for packets, verdict in _NFT_COUNTER.findall(rules):
                 counts[_COUNT_NAMES[verdict]] += int(packets)
         counts["switch_link_drop"] = 0
@@ -276,45 +322,6 @@ def unimpair_switch_links(topo: Topology) -> None:
     """Delete the loss tables of the topology's switch ports, where there are any."""
     for intf in topo.switch_link_intfs():
         subprocess.run(["nft", "delete", "table", "netdev", switch_table(intf)], capture_output=True, check=False)
-
-
-def _machine_lock() -> IO[str]:
-    """Wait for the machine's one fabric slot: interface names like s1-eth1 live in the root
-    namespace, so a second fabric (another test run, `make run`) waits instead of colliding.
-    The lock goes with the open file, also when the process dies."""
-    if _held_by_this_process(FABRIC_LOCK):
-        raise FabricError(f"this process already holds {FABRIC_LOCK}: one of its own fabrics is still up "
-                          "(e.g. a module-scoped fixture's), and waiting for it would wait forever; "
-                          "stop that fabric first")
-    lock = FABRIC_LOCK.open("w")
-    deadline = time.monotonic() + LOCK_TIMEOUT_S
-    waiting = False
-    while True:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return lock
-        except BlockingIOError:
-            if time.monotonic() > deadline:
-                lock.close()
-                raise FabricError(f"another p4inc fabric has held {FABRIC_LOCK} for {LOCK_TIMEOUT_S:.0f} s; "
-                                  "stop it (make stop) and try again") from None
-            if not waiting:
-                log.warning("another p4inc fabric is up on this machine; waiting for it to stop")
-                waiting = True
-            time.sleep(0.5)
-
-
-def _held_by_this_process(path: Path) -> bool:
-    """Whether this process holds a flock on `path` (/proc/locks names the pid that took it):
-    flock locks belong to open files, so a second open() in the same process would wait."""
-    try:
-        st = path.stat()
-        locks = Path("/proc/locks").read_text()
-    except OSError:
-        return False
-    where = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
-    return any(fields[1] == "FLOCK" and fields[4] == str(os.getpid()) and fields[5] == where
-               for fields in (line.split() for line in locks.splitlines()) if len(fields) > 5)
 
 
 @contextmanager

@@ -24,6 +24,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_PROGRAM = REPO_ROOT / "p4src" / "allreduce.p4"
 CONTROLLER_TIMEOUT_S = 120.0
+CHECK_EVERY_S = 1.0           # how often a wait on workers looks whether the fabric is still there
 
 
 class PieceError(RuntimeError):
@@ -124,7 +125,8 @@ def _run_workers(fabric: Fabric, job: JobSpec, args: list[list[str]],
                  timeout_s: float) -> list[tuple[int, str, int, str, str]]:
     """Start `python -m hosts.worker` with args[w] (after the job's and worker's ids) on each
     worker's host at once; (worker, host, exit code, stdout, stderr) of each, in worker order.
-    Workers still running after `timeout_s` (together) are ended; none outlives the call."""
+    Workers still running after `timeout_s` (together) are ended; none outlives the call. A fabric
+    found gone meanwhile (Fabric.check) raises FabricError within CHECK_EVERY_S."""
     procs: list[tuple[int, str, subprocess.Popen]] = []
     try:
         for w, (host, worker_args) in enumerate(zip(job.workers, args)):
@@ -135,12 +137,18 @@ def _run_workers(fabric: Fabric, job: JobSpec, args: list[list[str]],
         deadline = time.monotonic() + timeout_s
         outputs = []
         for w, host, proc in procs:
-            try:
-                stdout, stderr = proc.communicate(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                end_child(proc)
-                stdout, stderr = proc.communicate()
-                stderr = f"did not finish within {timeout_s:.0f} s; {stderr}"
+            while True:
+                try:
+                    wait = min(CHECK_EVERY_S, max(0.0, deadline - time.monotonic()))
+                    stdout, stderr = proc.communicate(timeout=wait)
+                    break
+                except subprocess.TimeoutExpired:
+                    if time.monotonic() >= deadline:
+                        end_child(proc)
+                        stdout, stderr = proc.communicate()
+                        stderr = f"did not finish within {timeout_s:.0f} s; {stderr}"
+                        break
+                    fabric.check()      # a fabric torn down under the workers ends the wait now
             outputs.append((w, host, proc.returncode, stdout, stderr))
         return outputs
     finally:

@@ -16,6 +16,7 @@ import numpy as np
 from mininet.cli import CLI
 from mininet.log import setLogLevel
 
+from hosts.args import at_least, output_dir
 from hosts.numerics import check_sum
 from p4sim.dataplane import SLOW_PRESETS
 from topologies.fabric import Fabric, FabricError, FabricOptions, Impairment
@@ -54,14 +55,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="switch target (default: $TARGET or p4sim)")
     p.add_argument("--program", type=Path, default=DEFAULT_PROGRAM,
                    help="P4 program the switches run (default: the repository's p4src/allreduce.p4)")
-    p.add_argument("--build-dir", type=Path, default=Path("build"),
+    p.add_argument("--build-dir", type=output_dir, default=Path("build"),
                    help="compiled program, topology.json, logs/, pcaps/ and run/ go here (default: build)")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--cli", action="store_true", help="open the Mininet CLI once the fabric is up")
     mode.add_argument("--demo", action="store_true",
                       help="AllReduce a 1 MiB float32 tensor from every host, check it against numpy, "
                            "print the time and the switch counters")
-    p.add_argument("--demo-bytes", type=int, default=DEMO_BYTES, help="tensor size of the demo (default: 1 MiB)")
+    p.add_argument("--demo-bytes", type=at_least(4), default=DEMO_BYTES,
+                   help="tensor size of the demo, at least one float32 (default: 1 MiB)")
     p.add_argument("--loss", type=float, default=0.0, help="random loss on every host link, percent each way")
     p.add_argument("--duplicate", type=float, default=0.0, help="random duplication host -> switch, percent")
     p.add_argument("--reorder", type=float, default=0.0,
@@ -82,6 +84,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--slow slows p4sim down to BMv2's figures; --target {args.target} runs at its own speed")
     if args.flat and args.topo != "leaf-spine":
         parser.error("--flat chooses how a leaf-spine sums its job; a star has one switch")
+    try:
+        topo = build_topology(args)
+        impairment = (Impairment(args.loss, args.duplicate, args.reorder)
+                      if args.loss or args.duplicate or args.reorder else None)
+    except (TopologyError, FabricError) as e:
+        parser.error(str(e))
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     setLogLevel("info" if args.verbose else "output")
@@ -90,9 +98,6 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     try:
-        topo = build_topology(args)
-        impairment = (Impairment(args.loss, args.duplicate, args.reorder)
-                      if args.loss or args.duplicate or args.reorder else None)
         options = FabricOptions(target=args.target, build_dir=args.build_dir, pcap=args.pcap,
                                 log_console=args.log_console, impairment=impairment, slow=args.slow)
         program = compile_program(args.target, args.program, args.build_dir)

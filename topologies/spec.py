@@ -109,6 +109,7 @@ class Topology:
     switches: dict[str, SwitchSpec]
     links: list[LinkSpec]
     jobs: list[JobSpec] = field(default_factory=list)
+    target: str | None = None       # what the running fabric's switches are (p4sim, bmv2), as it wrote it
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -141,6 +142,7 @@ class Topology:
             "links": [link.to_json() for link in self.links],
             "jobs": [{"job_id": j.job_id, "workers": list(j.workers), **({"hierarchical": True} if j.hierarchical else {})}
                      for j in self.jobs],
+            **({"target": self.target} if self.target else {}),
         }
 
     @classmethod
@@ -163,7 +165,10 @@ class Topology:
             raise TopologyError(f"missing key {e.args[0]!r} in topology") from None
         except (TypeError, ValueError, AttributeError) as e:
             raise TopologyError(f"malformed topology: {e}") from None
-        return cls(hosts, switches, links, jobs)
+        target = data.get("target")
+        if target is not None and not isinstance(target, str):
+            raise TopologyError(f"malformed topology: target must be a name, not {target!r}")
+        return cls(hosts, switches, links, jobs, target)
 
     def dump(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)

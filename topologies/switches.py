@@ -5,6 +5,7 @@ Both start with no pipeline (`--no-p4`); the controller pushes it over P4Runtime
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import socket
 import subprocess
@@ -16,6 +17,8 @@ from typing import IO
 
 from mininet.node import Switch
 
+from p4sim.backends import ENV_VAR as BACKEND_ENV
+from topologies.nodes import BoundedShell
 from topologies.procs import Recorded, end_child, record
 from topologies.spec import CPU_PORT
 
@@ -53,10 +56,13 @@ class TargetArgs:
 
 
 def p4sim_command(args: TargetArgs) -> list[str]:
-    """`python -m p4sim` takes simple_switch_grpc's flags, target options inline."""
+    """`python -m p4sim` takes simple_switch_grpc's flags, target options inline; its backend is
+    $P4SIM_BACKEND's (`make ... P4SIM_BACKEND=python`), else p4sim's default."""
+    backend = os.environ.get(BACKEND_ENV, "").strip()
     return [sys.executable, "-m", "p4sim", *args.interface_flags(), "--device-id", str(args.device_id),
             "--grpc-server-addr", args.grpc_addr, "--cpu-port", str(args.cpu_port),
-            *args.debug_flags(), *(["--slow", args.slow] if args.slow else []), "--no-p4"]
+            *args.debug_flags(), *(["--slow", args.slow] if args.slow else []),
+            *(["--backend", backend] if backend else []), "--no-p4"]
 
 
 def bmv2_command(args: TargetArgs) -> list[str]:
@@ -73,8 +79,9 @@ def bmv2_command(args: TargetArgs) -> list[str]:
             "--", "--grpc-server-addr", args.grpc_addr, "--cpu-port", str(args.cpu_port)]
 
 
-class P4RuntimeSwitch(Switch):
-    """A switch whose data plane is a target process serving P4Runtime on `grpc_addr`."""
+class P4RuntimeSwitch(BoundedShell, Switch):
+    """A switch whose data plane is a target process serving P4Runtime on `grpc_addr`; its
+    shell's commands end even when the shell is killed (BoundedShell)."""
 
     target = ""
     marker = ""          # in the target's command line: guards `make stop` against pid reuse

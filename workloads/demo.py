@@ -1,5 +1,6 @@
 """`make demo-tp`: the tensor-parallel decoder on N Mininet hosts, once with the switch summing
-(INC) and once with the host ring, each checked against the single-process reference; prints
+(INC) and once with the host ring, each checked against the single-process reference (with
+--impl torch: the PyTorch decoder on torch.distributed's "p4inc" backend and on gloo); prints
 per-token latency (median, p99), tokens/s and the share of time in collectives, and writes
 JSON and a PNG. Every worker is `python -m workloads.tp_worker` started with torchrun-style
 environment variables, as a launcher would start it.
@@ -7,8 +8,10 @@ environment variables, as a launcher would start it.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import logging
+import math
 import os
 import select
 import subprocess
@@ -21,6 +24,7 @@ import numpy as np
 from tqdm import tqdm
 
 from bench.environment import describe_environment
+from hosts.args import unwritable
 from topologies.fabric import Fabric, FabricError, FabricOptions
 from topologies.pieces import DEFAULT_PROGRAM, PieceError, clear_job_slots, compile_program, setup_controller
 from topologies.procs import end_child
@@ -30,7 +34,9 @@ from workloads.decoder import Comparison, DecoderConfig, compare, prompt_tokens,
 from workloads.tp_worker import add_model_arguments, model_config
 
 log = logging.getLogger("workloads.demo")
-BACKENDS = ("inc", "ring")
+# What INC is measured against, per decoder: hosts.dist's ring, or torch's gloo through the same switch.
+BASELINES = {"numpy": "ring", "torch": "gloo"}
+LABELS = {"inc": "INC", "ring": "host ring", "gloo": "gloo"}
 MASTER_PORT = 29500
 
 
@@ -88,7 +94,7 @@ def run_decoder(fabric: Fabric, backend: str, worker_args: list[str], work_dir: 
             # One BLAS thread per rank, as torchrun sets OMP_NUM_THREADS=1: N ranks share the cores,
             # and OpenBLAS's spinning helper threads would slow every rank several-fold.
             env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "RANK": str(rank), "WORLD_SIZE": str(len(hosts)), "LOCAL_RANK": "0",
-                   "MASTER_ADDR": hosts[0].address, "MASTER_PORT": str(MASTER_PORT),
+                   "MASTER_ADDR": hosts[0].address, "MASTER_PORT": str(MASTER_PORT), "GLOO_SOCKET_IFNAME": host.intf,
                    "P4INC_JOB_ID": str(job.job_id), "P4INC_INTERFACE": host.intf,
                    "P4INC_TIMEOUT_MS": str(retransmit_ms)}
             stderr = open(out_dir / f"rank{rank}.err", "w")
@@ -139,20 +145,20 @@ def _follow(proc: subprocess.Popen, progress: tqdm | None, label: str, timeout_s
             progress.update()
 
 
-def print_table(summaries: list[Summary]) -> None:
+def print_table(summaries: list[Summary], baseline: str = "ring") -> None:
     by = {(s.workers, s.backend): s for s in summaries}
     print(f"{'N':>2} {'backend':7} {'median ms':>10} {'p99 ms':>8} {'tokens/s':>9} {'in collectives':>15} "
           f"{'INC speedup':>11}  check")
     for s in summaries:
-        ring = by.get((s.workers, "ring"))
-        speedup = f"{s.tokens_per_s / ring.tokens_per_s:.2f}x" if s.backend == "inc" and ring else ""
+        base = by.get((s.workers, baseline))
+        speedup = f"{s.tokens_per_s / base.tokens_per_s:.2f}x" if s.backend == "inc" and base else ""
         check = "OK" if s.correct else "WRONG"
         print(f"{s.workers:>2} {s.backend:7} {s.median_ms:>10.1f} {s.p99_ms:>8.1f} {s.tokens_per_s:>9.2f} "
               f"{100 * s.comm_share:>14.0f}% {speedup:>11}  {check} (max logit error {s.max_logit_error:.2g}, "
               f"tolerance {s.tolerance:.2g})")
 
 
-def plot(summaries: list[Summary], path: Path, title: str) -> None:
+def plot(summaries: list[Summary], path: Path, title: str, backends: tuple[str, ...] = ("inc", "ring")) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -161,15 +167,14 @@ def plot(summaries: list[Summary], path: Path, title: str) -> None:
     by = {(s.workers, s.backend): s for s in summaries}
     fig, (rate, latency) = plt.subplots(1, 2, figsize=(10, 4))
     width = 0.38
-    for i, backend in enumerate(BACKENDS):
+    for i, backend in enumerate(backends):
         xs = [j + (i - 0.5) * width for j in range(len(ns))]
         got = [by.get((n, backend)) for n in ns]
-        rate.bar(xs, [s.tokens_per_s if s else 0 for s in got], width, label=backend.upper() if backend == "inc"
-                 else "host ring")
+        rate.bar(xs, [s.tokens_per_s if s else 0 for s in got], width, label=LABELS[backend])
         med = [s.median_ms if s else 0 for s in got]
         p99 = [s.p99_ms - s.median_ms if s else 0 for s in got]
         latency.bar(xs, med, width, yerr=[np.zeros(len(ns)), p99], capsize=3,
-                    label=("INC" if backend == "inc" else "host ring") + " (bar median, whisker p99)")
+                    label=LABELS[backend] + " (bar median, whisker p99)")
     for ax, ylabel in ((rate, "tokens/s"), (latency, "per-token latency, ms")):
         ax.set_xticks(range(len(ns)), [f"N={n}" for n in ns])
         ax.set_ylabel(ylabel)
@@ -192,6 +197,9 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workers", type=int, nargs="+", default=[2, 4, 8], help="world sizes, each dividing 8 "
                    "(default 2 4 8)")
+    p.add_argument("--impl", choices=tuple(BASELINES), default="numpy",
+                   help="numpy: the numpy decoder on hosts.dist, INC against the host ring; torch: the PyTorch "
+                        "decoder on torch.distributed, p4inc against gloo (needs make setup TORCH=1) (default numpy)")
     add_model_arguments(p)
     p.add_argument("--reps", type=int, default=1, help="generations per backend and N, alternating which "
                    "backend goes first (default 1)")
@@ -201,7 +209,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--run-timeout", type=float, default=300.0, help="give up on a run that reports no token "
                    "for this many seconds (default 300)")
     p.add_argument("-o", "--out", type=Path, default=REPO_ROOT / "results" / "tp.json",
-                   help="JSON results; the plot goes next to it as .png (default results/tp.json)")
+                   help="JSON results; the plot goes next to it as .png (default results/tp.json; its folder is "
+                        "created, both checked writable before anything runs)")
     args = p.parse_args(argv)
     try:
         config = model_config(args)
@@ -211,12 +220,18 @@ def main(argv: list[str] | None = None) -> int:
         p.error(str(e))
     if args.reps < 1 or args.tokens < 1 or args.prompt_length < 1:
         p.error("--reps, --tokens and --prompt-length must be at least 1")
-    if args.retransmit_ms <= 0:
-        p.error("--retransmit-ms must be positive")
+    if not 0 < args.retransmit_ms < math.inf or not 0 < args.run_timeout < math.inf:
+        p.error("--retransmit-ms and --run-timeout must be positive")
+    for path in (args.out, args.out.with_suffix(".png")):
+        if (why := unwritable(path)) is not None:
+            p.error(why)
     if os.geteuid() != 0:
         p.error("Mininet needs root: run as root (sudo make demo-tp)")
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
-    worker_args = _model_flags(args)
+    if args.impl == "torch" and importlib.util.find_spec("torch") is None:
+        p.error("--impl torch needs PyTorch: make setup TORCH=1")
+    worker_args = [*_model_flags(args), "--impl", args.impl]
+    backends = ("inc", BASELINES[args.impl])
     print(f"reference: {config.layers} layers, hidden {config.hidden}, {config.heads} heads, ffn {config.ffn}, "
           f"vocab {config.vocab}, float32; {args.tokens} tokens after a {args.prompt_length}-token prompt ...")
     build = REPO_ROOT / "build" / "tp"
@@ -227,13 +242,13 @@ def main(argv: list[str] | None = None) -> int:
         program = compile_program(args.target, DEFAULT_PROGRAM, build)
         reference = reference_generate(config, prompt_tokens(config, args.prompt_length), args.tokens)
         print(f"reference tokens: {reference.tokens}")
-        with tqdm(total=len(args.workers) * len(BACKENDS) * args.reps * args.tokens, unit="token") as progress:
+        with tqdm(total=len(args.workers) * len(backends) * args.reps * args.tokens, unit="token") as progress:
             for n in args.workers:
                 progress.write(f"N={n}: starting a star of {n} hosts on {args.target} ...")
                 with Fabric(star(n), options) as fabric:
                     setup_controller(options.topology_path, build, program, args.target)
                     for rep in range(args.reps):
-                        for backend in (BACKENDS if rep % 2 == 0 else BACKENDS[::-1]):
+                        for backend in (backends if rep % 2 == 0 else backends[::-1]):
                             runs.append(run_decoder(fabric, backend, worker_args, build / "runs", progress,
                                                     reference, args.run_timeout, args.retransmit_ms))
     except (DemoError, FabricError, PieceError, TopologyError) as e:
@@ -244,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     summaries = [Summary.of([r for r in runs if (r.workers, r.backend) == key])
                  for key in sorted({(r.workers, r.backend) for r in runs})]
-    print_table(summaries)
+    print_table(summaries, BASELINES[args.impl])
     margin = min(r.comparison.min_margin for r in runs)
     tolerance = max(s.tolerance for s in summaries)
     print(f"logits within {tolerance:.2g} of the reference pass (LOGIT_RTOL x max |logit|); the reference's smallest "
@@ -253,14 +268,15 @@ def main(argv: list[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({
         "environment": describe_environment(args.target),
-        "config": {**asdict(config), "prompt_length": args.prompt_length, "tokens": args.tokens,
+        "config": {**asdict(config), "impl": args.impl, "prompt_length": args.prompt_length, "tokens": args.tokens,
                    "reps": args.reps, "duration_s": time.monotonic() - started},
         "reference_tokens": reference.tokens,
         "summaries": [asdict(s) for s in summaries],
         "runs": [{**asdict(r), "comparison": {**asdict(r.comparison), "ok": r.comparison.ok}} for r in runs]},
         indent=2))
     png = args.out.with_suffix(".png")
-    plot(summaries, png, f"{config.layers}-layer decoder, hidden {config.hidden}, float32, {args.target}")
+    plot(summaries, png, f"{config.layers}-layer {args.impl} decoder, hidden {config.hidden}, float32, {args.target}",
+         backends)
     print(f"wrote {args.out} and {png}")
     return 0 if all(s.correct for s in summaries) else 1
 

@@ -1,6 +1,7 @@
 """One rank of the tensor-parallel decoder, as a launcher starts it: rank and world size come
 from the environment (torchrun's RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT or Open MPI's
-OMPI_COMM_WORLD_*), the collectives from hosts.dist. Writes this rank's tokens, logits slice
+OMPI_COMM_WORLD_*), the collectives from hosts.dist (--impl numpy), or the PyTorch decoder
+(workloads/torch_decoder.py) on torch.distributed's "p4inc" backend or gloo (--impl torch). Writes this rank's tokens, logits slice
 and timings to OUT_DIR/rank<R>.npz; rank 0 prints one JSON line per generated token (progress)
 and a last line with the summary.
 
@@ -20,6 +21,9 @@ import numpy as np
 from hosts import dist
 from hosts.agent import IncError
 from workloads.decoder import Decoder, DecoderConfig, load_shard, prompt_tokens
+
+
+IMPLS = ("numpy", "torch")
 
 
 def add_model_arguments(p: argparse.ArgumentParser) -> None:
@@ -49,9 +53,12 @@ def build_parser() -> argparse.ArgumentParser:
                     "plus MASTER_ADDR/MASTER_PORT); P4INC_JOB_ID, P4INC_AGGREGATOR, P4INC_INTERFACE say "
                     "where the switch is (docs/multi_machine.md).")
     add_model_arguments(p)
-    p.add_argument("--backend", choices=dist.BACKENDS, default=os.environ.get("P4INC_BACKEND", "auto"),
-                   help="inc: the switch sums; ring: host ring; auto: the switch if it answers, else the ring "
-                        "(default $P4INC_BACKEND or auto)")
+    p.add_argument("--impl", choices=IMPLS, default="numpy",
+                   help="numpy: the numpy decoder on hosts.dist; torch: the PyTorch decoder on torch.distributed "
+                        "(needs make setup TORCH=1) (default numpy)")
+    p.add_argument("--backend", choices=(*dist.BACKENDS, "gloo"), default=os.environ.get("P4INC_BACKEND", "auto"),
+                   help="inc: the switch sums; ring: host ring; auto: the switch if it answers, else the ring; "
+                        "gloo: torch's own backend (--impl torch only) (default $P4INC_BACKEND or auto)")
     p.add_argument("-o", "--out-dir", type=Path, required=True, help="where rank<R>.npz is written")
     return p
 
@@ -61,32 +68,85 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.tokens < 1 or args.prompt_length < 1:
         parser.error("--tokens and --prompt-length must be at least 1")
+    if args.backend == "gloo" and args.impl != "torch":
+        parser.error("--backend gloo needs --impl torch")
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(name)s %(levelname)s %(message)s")
     try:
         config = model_config(args)
-        group = dist.init_process_group(args.backend)
-        config.check_world(group.world_size)
-    except (ValueError, OSError, dist.DistError, IncError) as e:
+        run = _TorchRun(args.backend) if args.impl == "torch" else _NumpyRun(args.backend)
+        config.check_world(run.world_size)
+    except (ValueError, OSError, RuntimeError, IncError) as e:      # DistError and torch's are RuntimeErrors
         print(f"error: {e}", file=sys.stderr)
         return 2
     try:
-        decoder = Decoder(load_shard(config, group.rank, group.world_size), group)
         progress = (lambda i, tok, s: print(json.dumps({"token": i, "id": tok, "ms": 1e3 * s}), flush=True)) \
-            if group.rank == 0 else None
-        out = decoder.generate(prompt_tokens(config, args.prompt_length), args.tokens, progress)
-    except IncError as e:
-        print(f"error: rank {group.rank}: {e}", file=sys.stderr)
+            if run.rank == 0 else None
+        out = run.decoder(config).generate(prompt_tokens(config, args.prompt_length), args.tokens, progress)
+        summary = run.summary()
+    except (IncError, RuntimeError) as e:
+        print(f"error: rank {run.rank}: {e}", file=sys.stderr)
         return 1
     finally:
-        dist.destroy_process_group()
+        run.close()
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    np.savez(args.out_dir / f"rank{group.rank}.npz", tokens=np.array(out.tokens),
+    np.savez(args.out_dir / f"rank{run.rank}.npz", tokens=np.array(out.tokens),
              logits=np.array(out.logits), step_s=np.array([s.total for s in out.steps]),
              comm_s=np.array([s.comm for s in out.steps]))
-    if group.rank == 0:
-        print(json.dumps({"done": True, "backend": group.backend, "fallbacks": group.stats.fallbacks,
-                          "calls": group.stats.calls}), flush=True)
+    if run.rank == 0:
+        print(json.dumps({"done": True, **summary}), flush=True)
     return 0
+
+
+class _NumpyRun:
+    """The numpy decoder on hosts.dist's default group."""
+
+    def __init__(self, backend: str) -> None:
+        self.group = dist.init_process_group(backend)
+        self.rank, self.world_size = self.group.rank, self.group.world_size
+
+    def decoder(self, config: DecoderConfig) -> Decoder:
+        return Decoder(load_shard(config, self.rank, self.world_size), self.group)
+
+    def summary(self) -> dict:
+        return {"backend": self.group.backend, "fallbacks": self.group.stats.fallbacks, "calls": self.group.stats.calls}
+
+    def close(self) -> None:
+        dist.destroy_process_group()
+
+
+class _TorchRun:
+    """The PyTorch decoder on torch.distributed's default group: "p4inc" (P4INC_BACKEND set to
+    `backend`) or gloo. Rank and world size as hosts.dist reads them, so mpirun works too."""
+
+    def __init__(self, backend: str) -> None:
+        try:
+            import torch
+            import torch.distributed as tdist
+            from hosts import torch_backend
+        except ImportError as e:
+            raise dist.DistError(f"--impl torch needs PyTorch ({e}): make setup TORCH=1") from None
+        torch.set_num_threads(1)
+        self.tdist, self.torch_backend = tdist, torch_backend
+        if backend != "gloo":
+            os.environ["P4INC_BACKEND"] = backend
+        env = dist.LaunchEnv.from_environ()
+        tdist.init_process_group("gloo" if backend == "gloo" else torch_backend.BACKEND,
+                                 rank=env.rank, world_size=env.world_size)
+        self.rank, self.world_size = env.rank, env.world_size
+
+    def decoder(self, config: DecoderConfig):
+        from workloads.torch_decoder import TorchDecoder
+        return TorchDecoder(load_shard(config, self.rank, self.world_size))
+
+    def summary(self) -> dict:
+        pg = self.tdist.distributed_c10d._get_default_group()
+        if not isinstance(pg, self.torch_backend.P4incProcessGroup):
+            return {"backend": "gloo", "fallbacks": 0, "calls": {}}
+        stats = pg.p4inc.stats
+        return {"backend": stats.backend, "fallbacks": stats.fallbacks, "calls": stats.calls}
+
+    def close(self) -> None:
+        self.tdist.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -279,6 +279,37 @@ class Empty(Stmt):
     pass
 
 
+# P4_16 1.2.5's loops: new statement kinds a backend must run or refuse (p4sim/README.md).
+@dataclass(eq=False)
+class For(Stmt):
+    """`for (init; cond; update) body`: init once; then while cond (None: true) holds,
+    body, then update. `continue` goes on to update, `break` leaves the loop."""
+    init: list[Stmt]
+    cond: Expr | None
+    update: list[Stmt]
+    body: Stmt
+
+
+@dataclass(eq=False)
+class ForIn(Stmt):
+    """`for (T x in collection) body`: x takes each value in turn: the elements of a header
+    stack (all of them, index 0 up, valid or not), or lo, lo+1, ..., hi of `lo .. hi`
+    (bounds evaluated once; none when lo > hi). `var` is the loop variable's declaration."""
+    var: VarDecl
+    collection: Expr                    # a stack, or a Range (lo .. hi)
+    body: Stmt
+
+
+@dataclass(eq=False)
+class Break(Stmt):
+    pass
+
+
+@dataclass(eq=False)
+class Continue(Stmt):
+    pass
+
+
 # ---- declarations ---------------------------------------------------------
 @dataclass(eq=False)
 class Field(Node):
@@ -299,6 +330,7 @@ class HeaderDecl(Node):
 class TypedefDecl(Node):
     type_ref: TypeRef
     name: str
+    new_type: bool = False      # `type T U;`: the same values and operations as T here
 
 
 @dataclass(eq=False)
@@ -404,6 +436,8 @@ class ParserDecl(Node):
     annotations: list[Annotation] = field(default_factory=list)
     ctor_params: list[Param] = field(default_factory=list)     # `parser P(...)(bit<8> n)`
     ctor_values: list[Any] | None = None                        # bound by the instantiation
+    type_params: list[str] = field(default_factory=list)       # `parser P<T>(...)`
+    type_values: list[Any] | None = None                        # bound by the instantiation
 
 
 @dataclass(eq=False)
@@ -474,6 +508,8 @@ class ControlDecl(Node):
     annotations: list[Annotation] = field(default_factory=list)
     ctor_params: list[Param] = field(default_factory=list)     # `control C(...)(bit<8> n)`
     ctor_values: list[Any] | None = None                        # bound by the instantiation
+    type_params: list[str] = field(default_factory=list)       # `control C<T>(...)`
+    type_values: list[Any] | None = None                        # bound by the instantiation
 
 
 @dataclass(eq=False)

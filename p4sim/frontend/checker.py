@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from .. import ir
 from ..errors import P4Error, internal_error
 from . import ast
+from .effects import order_side_effects
 from .types import (ActionRunType, AnyType, ApplyResultType, BitType, BlockType, BoolType,
                     EnumType, ErrorType, ExternType, IntType, MatchKindType, StackType,
                     StringType, StructType, TableType, TupleType, Type, VarbitType, VoidType,
@@ -188,6 +190,7 @@ class Checker:
         self._block: BlockInfo | None = None       # parser/control being checked
         self._in_parser = False
         self._in_action = False
+        self._loops = 0                             # for loops around the statement being checked
         self._ret_type: Type = VOID                 # of the function being checked
         self._uid = 0
         self._action_uses: list[tuple[str, str]] = []   # (block, action) as tables and apply name them
@@ -285,10 +288,11 @@ class Checker:
             if not isinstance(arg, ast.Constructor) or arg.type_ref.name not in self.pristine:
                 raise error_at(arg, f"V1Switch's {role} must be a parser or control instance like `MyParser()`")
             decl = self.pristine[arg.type_ref.name]
-            if decl.ctor_params or arg.args:
+            if decl.ctor_params or arg.args or decl.type_params:
                 if arg.type_ref.name in self.blocks:
                     raise error_at(arg, f"{decl.name} is instantiated twice with constructor arguments")
-                self.instantiate_block(decl, decl.name, self.ctor_values(arg, decl, arg.args, self.top))
+                self.instantiate_block(decl, decl.name, self.ctor_values(arg, decl, arg.args, self.top),
+                                       self.type_values(arg, decl, arg.type_ref, self.top))
             want = "parser" if role == "parser" else "control"
             if self.blocks[arg.type_ref.name].kind != want:
                 raise error_at(arg, f"V1Switch's {role} must be a {want}")
@@ -501,7 +505,7 @@ class Checker:
         if not sub:
             self.pristine[d.name] = copy.deepcopy(d)
             self.top.define(Sym("type", d.name, BlockType(d), d), d.pos)
-            if d.ctor_params:
+            if d.ctor_params or d.type_params:
                 return None
         info = BlockInfo(d, kind)
         self.blocks[d.name] = info
@@ -509,12 +513,14 @@ class Checker:
 
     def block_params(self, d: Any, info: BlockInfo) -> Scope:
         scope = Scope(self.top)
+        for tp, t in zip(d.type_params, d.type_values or []):
+            scope.names[tp] = Sym("type", tp, t)
         for p in d.params:
-            p.type = self.resolve_type(p.type_ref, self.top)
+            p.type = self.resolve_type(p.type_ref, scope)
             p.decl_sym = scope.define(Sym("param", p.name, p.type, p, pyname="b_" + _py_ident(p.name),
                                           direction=p.direction), p.pos)
         for p, v in zip(d.ctor_params, d.ctor_values or []):
-            p.type = self.resolve_type(p.type_ref, self.top)
+            p.type = self.resolve_type(p.type_ref, scope)
             scope.define(Sym("const", p.name, p.type, p, value=v), p.pos)
         return scope
 
@@ -533,10 +539,18 @@ class Checker:
             values.append(_wrap(int(v), t) if isinstance(t, BitType) else v)
         return values
 
-    def instantiate_block(self, decl: Any, name: str, values: list) -> Any:
+    def type_values(self, where: ast.Node, decl: Any, type_ref: ast.TypeRef, scope: Scope) -> list:
+        """The type arguments of a generic parser's or control's instance (`Sub<h_t>() s;`)."""
+        args = type_ref.args if isinstance(type_ref, ast.NamedTypeRef) else []
+        if len(args) != len(decl.type_params):
+            raise error_at(where, f"{decl.name} takes {len(decl.type_params)} type arguments, got {len(args)}"
+                           + (" (p4sim does not infer them)" if not args else ""))
+        return [self.resolve_type(a, scope) for a in args]
+
+    def instantiate_block(self, decl: Any, name: str, values: list, types: list | None = None) -> Any:
         """Check a fresh copy of a parser or control under an instance name."""
         clone = copy.deepcopy(self.pristine[decl.name])
-        clone.name, clone.ctor_values = name, values
+        clone.name, clone.ctor_values, clone.type_values = name, values, types
         saved = (self._block, self._in_parser, self._in_action, self._ret_type)
         if isinstance(clone, ast.ParserDecl):
             self.decl_ParserDecl(clone, sub=True)
@@ -581,6 +595,9 @@ class Checker:
             return scope.define(self.sub_instance(d, t, sym, scope), d.pos)
         if not isinstance(t, ExternType):
             raise error_at(d, f"cannot instantiate {t}")
+        if not _standard(t.decl):
+            raise error_at(d, f"extern `{t.decl.name}` is declared by the program, not by core.p4 or v1model.p4: "
+                              "p4sim cannot give it a meaning (BMv2 has no implementation of it)")
         ctors = [m for m in t.decl.methods if m.ret is None]
         ctor = next((m for m in ctors if len(m.params) == len(d.args)), None)
         if ctor is None:
@@ -605,7 +622,7 @@ class Checker:
         want = "parser" if self._in_parser else "control"
         if (want == "parser") != isinstance(t.decl, ast.ParserDecl):
             raise error_at(d, f"a {want} can only instantiate {want}s")
-        clone = self.instantiate_block(t.decl, sym.qname, values)
+        clone = self.instantiate_block(t.decl, sym.qname, values, self.type_values(d, t.decl, d.type_ref, scope))
         self.sub_blocks.add(sym.qname)
         sym.node = clone
         sym.pyname = ("P_" if isinstance(clone, ast.ParserDecl) else "C_") + _py_ident(sym.qname)
@@ -979,8 +996,47 @@ class Checker:
             self.switch(s, scope)
         elif isinstance(s, ast.Empty):
             pass
+        elif isinstance(s, (ast.For, ast.ForIn)):
+            self.loop(s, scope)
+        elif isinstance(s, (ast.Break, ast.Continue)):
+            if not self._loops:
+                raise error_at(s, f"{'break' if isinstance(s, ast.Break) else 'continue'} outside a for loop")
         else:
             raise error_at(s, f"unsupported statement {type(s).__name__}")
+
+    def loop(self, s: ast.For | ast.ForIn, scope: Scope) -> None:
+        """A P4_16 1.2.5 for loop: its variables live in a scope of their own."""
+        inner = Scope(scope)
+        if isinstance(s, ast.For):
+            for init in s.init:
+                self.stmt(init, inner)
+            if s.cond is not None:
+                self.expr(s.cond, inner, BOOL)
+                if not isinstance(s.cond.type, BoolType):
+                    raise error_at(s.cond, f"a for condition must be bool, got {s.cond.type}")
+            for update in s.update:
+                self.stmt(update, inner)
+        else:
+            t = self.resolve_type(s.var.type_ref, inner)
+            c = s.collection
+            if isinstance(c, ast.Range):
+                for bound in (c.lo, c.hi):
+                    self.expr(bound, inner, t)
+                    self.assignable(t, bound, bound)
+                if not isinstance(t, BitType):
+                    raise error_at(s.var, f"a for loop over a range needs a bit<W> or int<W> variable, got {t}")
+            else:
+                ct = self.expr(c, inner)
+                if not isinstance(ct, StackType):
+                    raise error_at(c, f"a for loop goes over a header stack or a range `a .. b`, not a {ct}")
+                if not _same_type(ct.elem, t):
+                    raise error_at(s.var, f"the elements of {ct} are {ct.elem}, not {t}")
+            self.var_decl(s.var, inner)
+        self._loops += 1
+        try:
+            self.stmt(s.body, Scope(inner))
+        finally:
+            self._loops -= 1
 
     def var_decl(self, d: ast.VarDecl, scope: Scope) -> Sym:
         t = self.resolve_type(d.type_ref, scope)
@@ -1317,6 +1373,9 @@ class Checker:
             if sym.kind == "action":
                 return self.call_action(e, sym, scope)
             if sym.kind == "extern_func":
+                if not all(_standard(m) for m in sym.node):
+                    raise error_at(e, f"extern function `{f.name}` is declared by the program, not by core.p4 or "
+                                      "v1model.p4: p4sim cannot give it a meaning (BMv2 has no implementation of it)")
                 return self.call_extern(e, sym.node, scope, Target("extern_func", f.name, sym))
             if sym.kind == "generic_function":
                 sym = self.instantiate_function(e, sym, scope)
@@ -1406,6 +1465,7 @@ class Checker:
             raise error_at(e, f"`{expr_text(e.func)}` takes {' or '.join(map(str, counts))} arguments, got {len(e.args)}")
         m = matching[0]
         e.target = target
+        e.params = m.params                  # the directions, for effects.py
         self.call_args(e, m.params, scope)
         for ta in e.type_args:
             self.resolve_type(ta, scope)
@@ -1571,6 +1631,11 @@ def _same_type(a: Type, b: Type) -> bool:
     return a == b if not isinstance(a, (StructType, EnumType, ExternType)) else a is b
 
 
+def _standard(decl: ast.Node) -> bool:
+    """Declared by core.p4 or v1model.p4 (p4sim's own, or a copy with the same name)?"""
+    return Path(decl.pos.file).name in ("core.p4", "v1model.p4")
+
+
 def _py_ident(name: str) -> str:
     return "".join(c if c.isalnum() or c == "_" else "_" for c in name)
 
@@ -1578,7 +1643,9 @@ def _py_ident(name: str) -> str:
 def check(program: ast.Program) -> CheckedProgram:
     checker = Checker(program)
     try:
-        return checker.check()
+        checked = checker.check()
+        order_side_effects(checked)
+        return checked
     except P4Error:
         raise
     except Exception as err:

@@ -19,6 +19,8 @@ from .preprocess import SourceMap
 
 _GRAMMAR = Path(__file__).with_name("p4.lark")
 _TYPE_STARTS = {"BIT", "INT_KW", "BOOL", "VARBIT", "TYPE_IDENTIFIER"}
+# After these `type` is a name (a field or a parameter called `type`), not `type T U;`.
+_NOT_A_TYPE_DECL = {";", "=", ")", ",", ".", "]", ":", "[", "}"}
 
 
 def parse_text(text: str, source_file: str) -> ast.Program:
@@ -117,7 +119,7 @@ def _type_names(toks: list[Token]) -> set[str]:
             types.add(toks[i + 1].value)
             if toks[i + 2].value == "<":
                 type_params(i + 2)
-        elif kind == "TYPEDEF":
+        elif kind == "TYPEDEF" or (kind == "TYPE" and i + 1 < n and toks[i + 1].value not in _NOT_A_TYPE_DECL):
             j = i
             while j < n and toks[j].value != ";":
                 j += 1
@@ -270,6 +272,9 @@ class _ToAst(Transformer):
     def typedef_decl(self, meta, ch):
         return ast.TypedefDecl(ch[2], ch[3], pos=self._pos(meta))
 
+    def type_decl(self, meta, ch):
+        return ast.TypedefDecl(ch[2], ch[3], True, pos=self._pos(meta))
+
     def enum_decl(self, meta, ch):
         width = ch[3]
         if isinstance(width, Token):
@@ -336,10 +341,11 @@ class _ToAst(Transformer):
 
     # ---- parsers
     def parser_decl(self, meta, ch):
-        rest = list(ch[5:])
+        rest = list(ch[6:])
         states = [c for c in rest if isinstance(c, ast.ParserState)]
         local = [c for c in rest if not isinstance(c, ast.ParserState)]
-        return ast.ParserDecl(ch[2], ch[3] or [], local, states, ch[0], ch[4] or [], pos=self._pos(meta))
+        return ast.ParserDecl(ch[2], ch[4] or [], local, states, ch[0], ch[5] or [],
+                              type_params=ch[3] or [], pos=self._pos(meta))
 
     def ctor_params(self, meta, ch):
         return ch[0] or []
@@ -376,8 +382,9 @@ class _ToAst(Transformer):
 
     # ---- controls
     def control_decl(self, meta, ch):
-        local = [c for c in ch[5:-2]]
-        return ast.ControlDecl(ch[2], ch[3] or [], local, ch[-1], ch[0], ch[4] or [], pos=self._pos(meta))
+        local = [c for c in ch[6:-2]]
+        return ast.ControlDecl(ch[2], ch[4] or [], local, ch[-1], ch[0], ch[5] or [],
+                               type_params=ch[3] or [], pos=self._pos(meta))
 
     def action_decl(self, meta, ch):
         return ast.ActionDecl(ch[2], ch[3] or [], ch[4], ch[0], pos=self._pos(meta))
@@ -435,6 +442,47 @@ class _ToAst(Transformer):
 
     def assignment(self, meta, ch):
         return ast.Assign(ch[0], ch[1], pos=self._pos(meta))
+
+    def compound_assignment(self, meta, ch):
+        """`lv op= e` is `lv = lv op e` with lv evaluated once: the Binary's left operand is
+        the lhs node itself (frontend/effects.py keeps a side-effecting index single)."""
+        lhs, op, rhs = ch[0], ch[1].value[:-1], ch[2]
+        pos = self._pos(meta)
+        return ast.Assign(lhs, ast.Binary(op, lhs, rhs, pos=pos), pos=pos)
+
+    def for_statement(self, meta, ch):
+        return ast.For(ch[2] or [], ch[3], ch[4] or [], ch[5], pos=self._pos(meta))
+
+    def for_inits(self, meta, ch):
+        return list(ch)
+
+    for_updates = for_inits
+
+    def for_var_decl(self, meta, ch):
+        return ast.VarDecl(ch[1], ch[2], ch[3], ch[0], pos=self._pos(meta))
+
+    def for_assignment(self, meta, ch):
+        return ast.Assign(ch[0], ch[1], pos=self._pos(meta))
+
+    for_compound_assignment = compound_assignment
+
+    def for_call(self, meta, ch):
+        pos = self._pos(meta)
+        return ast.CallStmt(ast.Call(ch[0], ch[2] or [], ch[1] or [], pos=pos), pos=pos)
+
+    def for_in_statement(self, meta, ch):
+        pos = self._pos(meta)
+        var = ast.VarDecl(ch[3], ch[4], None, ch[2], pos=pos)
+        return ast.ForIn(var, ch[6], ch[7], pos=pos)
+
+    def for_range(self, meta, ch):
+        return ast.Range(ch[0], ch[2], pos=self._pos(meta))
+
+    def break_statement(self, meta, ch):
+        return ast.Break(pos=self._pos(meta))
+
+    def continue_statement(self, meta, ch):
+        return ast.Continue(pos=self._pos(meta))
 
     def call_statement(self, meta, ch):
         pos = self._pos(meta)

@@ -59,7 +59,7 @@ def test_trial_checks_accept_numpy_results_and_reject_a_changed_element(algorith
 
 
 @pytest.mark.mininet
-def test_collectives_bench_in_mininet_writes_checked_points(tmp_path):
+def test_collectives_bench_in_mininet_writes_checked_points(tmp_path, fabric_slot_free):
     """Every rank checks every trial's result before it counts: 4 per point at N = 4, 1 rep."""
     out = tmp_path / "collectives.json"
     proc = subprocess.run([sys.executable, "-m", "bench.collectives", "--workers", "4", "--sizes", "256",

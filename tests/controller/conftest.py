@@ -7,6 +7,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
@@ -28,11 +29,21 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _accepts(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
 @dataclass
 class P4simServer:
-    """One `python -m p4sim` process serving P4Runtime on `addr`; restartable in place."""
+    """One `python -m p4sim` process serving P4Runtime on `addr` (and BMv2's Thrift runtime on
+    `thrift_port`, if given, as simple_switch_grpc does); restartable in place."""
     port: int
     log_path: Path
+    thrift_port: int | None = None
     proc: subprocess.Popen | None = field(default=None, init=False)
 
     @property
@@ -43,7 +54,8 @@ class P4simServer:
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "p4sim", "--no-p4", "--device-id", "0",
-                 "--grpc-server-addr", self.addr, "--cpu-port", "510"],
+                 "--grpc-server-addr", self.addr, "--cpu-port", "510",
+                 *(["--thrift-port", str(self.thrift_port)] if self.thrift_port else [])],
                 cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
         channel = grpc.insecure_channel(self.addr)
         try:
@@ -53,6 +65,13 @@ class P4simServer:
             pytest.fail(f"p4sim did not serve {self.addr}: {self.log_path.read_text()[-2000:]}")
         finally:
             channel.close()
+        # p4sim opens the Thrift port after the gRPC one: ready when both accept connections.
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while self.thrift_port and not _accepts(self.thrift_port):
+            if time.monotonic() > deadline:
+                self.stop()
+                pytest.fail(f"p4sim did not serve Thrift on {self.thrift_port}: {self.log_path.read_text()[-2000:]}")
+            time.sleep(0.05)
 
     def stop(self) -> None:
         if self.proc is None:
@@ -80,6 +99,17 @@ def pipeline(build_dir: Path) -> Pipeline:
 @pytest.fixture
 def server(tmp_path: Path, pipeline: Pipeline) -> Iterator[P4simServer]:
     srv = P4simServer(free_port(), tmp_path / "p4sim.log")
+    srv.start()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.fixture
+def bmv2_like_server(tmp_path: Path, pipeline: Pipeline) -> Iterator[P4simServer]:
+    """p4sim serving P4Runtime and BMv2's Thrift runtime, as simple_switch_grpc does."""
+    srv = P4simServer(free_port(), tmp_path / "p4sim.log", thrift_port=free_port())
     srv.start()
     try:
         yield srv

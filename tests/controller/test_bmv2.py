@@ -1,5 +1,5 @@
 """The same controller against BMv2 (p4c + simple_switch_grpc), where it is installed:
-the pipeline, the job's entries, and registers through the Thrift runtime CLI."""
+the pipeline, the job's entries, and registers through the Thrift runtime."""
 from __future__ import annotations
 
 import socket

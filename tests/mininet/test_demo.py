@@ -28,7 +28,7 @@ def make_demo(build_dir: Path, *variables: str) -> str:
 
 
 @pytest.mark.parametrize("variables", [(), ("SLOW=bmv2",)], ids=["p4sim", "slowed-to-bmv2"])
-def test_make_demo_sums_a_mebibyte_like_numpy(tmp_path, variables):
+def test_make_demo_sums_a_mebibyte_like_numpy(tmp_path, variables, fabric_slot_free):
     out = make_demo(tmp_path, *variables)
     assert "AllReduce of 262144 float32 (1.00 MiB) over 4 workers" in out
     assert re.search(r"^OK: max \|result - numpy\| = \S+ ", out, re.MULTILINE), out

@@ -1,14 +1,23 @@
 """The fabric itself, with a stand-in switch target: hosts get their addresses, offloads
-and IPv6 off and impairments; a target that fails to start is reported and nothing leaks.
+and IPv6 off and impairments; a target that fails to start is reported and nothing leaks; a
+fabric torn down from outside fails the next wait on it at once, naming who tore it down.
 """
+import os
 import re
+import signal
 import subprocess
+import sys
+import threading
+import time
 
+import numpy as np
 import pytest
 
 from topologies.cleanup import leftovers
 from topologies.fabric import FabricError, Impairment
-from topologies.switches import SwitchError
+from topologies.nodes import NodeGone
+from topologies.pieces import run_allreduce
+from topologies.switches import REPO_ROOT, SwitchError
 
 pytestmark = pytest.mark.mininet
 
@@ -101,3 +110,52 @@ def test_second_fabric_of_the_same_process_fails_fast_instead_of_waiting(star_fa
     # The machine lock is an flock: a second open() in this process would wait for itself.
     with pytest.raises(FabricError, match="this process already holds .*p4inc-fabric.lock"):
         star_fabric(2)
+
+
+def stop_from_outside(fabric) -> None:
+    """`make stop` as another terminal runs it on this fabric's build dir, but never `mn -c`."""
+    done = subprocess.run([sys.executable, "-m", "topologies.cleanup", "--build-dir", str(fabric.options.build_dir),
+                           "--only-ours"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "removed process" in done.stdout, done.stdout + done.stderr
+
+
+def test_waits_on_a_fabric_stopped_from_outside_fail_at_once_naming_who(star_fabric, dummy_target):
+    fabric = star_fabric(2, impairment=Impairment(loss_pct=1))
+    stop_from_outside(fabric)
+    start = time.monotonic()
+    # The wait that hung a suite for minutes: Mininet waited on the dead host shells forever.
+    with pytest.raises(FabricError, match=r"is gone: h1's shell \(signal 1\).*s1's dummy.*interfaces s1-eth1, "
+                                          r"s1-eth2 ended or removed; removed by `make stop` in .* stopped the "
+                                          rf"fabric of {fabric.options.build_dir}"):
+        fabric.impairment_counts()
+    with pytest.raises(FabricError, match="is gone"):
+        fabric.sh("h2", "true")
+    with pytest.raises(NodeGone, match=r"h1's shell \(pid \d+\) has ended \(signal 1\) while running `true`"):
+        fabric.host("h1").cmd("true")
+    assert time.monotonic() - start < 10
+    fabric.stop()
+    assert time.monotonic() - start < 30 and fabric.left_behind == []
+
+
+def test_workers_on_a_fabric_killed_under_them_end_within_seconds(star_fabric, dummy_target, tmp_path):
+    """As `mn -c` kills them: SIGKILL to the node shells, switch veths deleted; no `make stop` says so."""
+    fabric = star_fabric(2)
+    shells = [node.pid for node in fabric.net.hosts + fabric.net.switches]
+
+    def kill() -> None:
+        for pid in shells:
+            os.kill(pid, signal.SIGKILL)
+        for intf in fabric.topo.switch_intfs():
+            subprocess.run(["ip", "link", "del", intf], check=False, capture_output=True)
+    killer = threading.Timer(2.0, kill)
+    killer.start()
+    start = time.monotonic()
+    try:
+        # No switch aggregates here: the workers would wait for results until they give up.
+        with pytest.raises(FabricError, match=r"is gone: h1's shell \(signal 9\).*removed by something else"):
+            run_allreduce(fabric, fabric.topo.jobs[0], [np.ones(64, np.float32)] * 2, tmp_path, timeout_s=600)
+    finally:
+        killer.join()
+    assert time.monotonic() - start < 15
+    fabric.stop()
+    assert fabric.left_behind == []

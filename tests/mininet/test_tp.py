@@ -1,5 +1,8 @@
 """A short tensor-parallel decoding in a Mininet star of 2 hosts on p4sim: the launcher-style
-workers generate the single-process reference's tokens, with INC and with the host ring."""
+workers generate the single-process reference's tokens, with INC and with the host ring; the
+PyTorch decoder (where torch is installed) with p4inc and with gloo."""
+import importlib.util
+
 import pytest
 
 from workloads.decoder import prompt_tokens, reference_generate
@@ -10,14 +13,19 @@ pytestmark = pytest.mark.mininet
 FLAGS = ["--layers", "4", "--hidden", "1024", "--prompt-length", "2", "--tokens", "3"]
 
 
+NO_TORCH = pytest.mark.skipif(importlib.util.find_spec("torch") is None,
+                              reason="needs PyTorch, an optional extra: make setup TORCH=1")
+
+
 @pytest.mark.parametrize("inc_star", [2], indirect=True, ids=lambda n: f"N{n}")
-@pytest.mark.parametrize("backend", ["inc", "ring"])
-def test_decoder_on_two_hosts_generates_the_reference_tokens(inc_star, backend, tmp_path):
+@pytest.mark.parametrize("impl, backend", [("numpy", "inc"), ("numpy", "ring"), pytest.param("torch", "inc", marks=NO_TORCH),
+                                           pytest.param("torch", "gloo", marks=NO_TORCH)])
+def test_decoder_on_two_hosts_generates_the_reference_tokens(inc_star, impl, backend, tmp_path):
     config = model_config(build_parser().parse_args([*FLAGS, "-o", str(tmp_path)]))
     reference = reference_generate(config, prompt_tokens(config, 2), 3)
     before = inc_star.counters()["MyIngress.contributions"]
     # No progress bar: tqdm starts its monitor thread even for a disabled one.
-    run = run_decoder(inc_star.fabric, backend, FLAGS, tmp_path, None, reference, timeout_s=300)
+    run = run_decoder(inc_star.fabric, backend, [*FLAGS, "--impl", impl], tmp_path, None, reference, timeout_s=300)
     assert run.backend == backend and len(run.step_s) == 3
     assert run.comparison.tokens_equal and run.comparison.ok, run.comparison
     added = inc_star.counters()["MyIngress.contributions"] - before

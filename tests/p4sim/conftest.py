@@ -1,9 +1,15 @@
 """Shared fixtures for p4sim's tests: the conformance programs in tests/p4programs,
-compiled once per session, and a fresh in-process Switch per test.
+compiled once per session, a fresh in-process Switch per test, and the backend it runs on.
+
+The modules in BOTH_BACKENDS run each test once per backend of `--p4sim-backend` (default
+both): `Switch(...)` then builds that backend's switch ($P4SIM_BACKEND), and a test on the C
+backend fails if the program fell back to Python, so it cannot pass vacuously. A test there
+about the Python backend alone is marked `python_backend`; the other modules run on Python.
 """
 from __future__ import annotations
 
 import contextlib
+import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator
 
@@ -13,6 +19,54 @@ if TYPE_CHECKING:
     from p4sim import Program, Switch
 
 PROGRAMS_DIR = Path(__file__).resolve().parent.parent / "p4programs"
+BOTH_BACKENDS = ("test_programs", "test_corpus_", "test_bmv2_traces", "test_pipeline", "test_compiler_",
+                 "test_language", "test_externs", "test_action_profiles", "test_server", "test_thrift")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "python_backend: about the Python backend alone (tracing, its code)")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "p4sim_backend" not in metafunc.fixturenames:
+        return
+    module = metafunc.module.__name__.rpartition(".")[2]
+    if not module.startswith(BOTH_BACKENDS):
+        return                                  # the fixture's default: python
+    chosen = metafunc.config.getoption("--p4sim-backend")
+    backends = ["python", "c"] if chosen == "both" else [chosen]
+    if metafunc.definition.get_closest_marker("python_backend"):
+        backends = ["python"]
+    metafunc.parametrize("p4sim_backend", backends, indirect=True)
+
+
+class _Fallbacks(logging.Handler):
+    """Collects the C backend's "cannot run ...; using the Python backend" lines."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "Python backend" in record.getMessage():
+            self.lines.append(record.getMessage())
+
+
+@pytest.fixture(autouse=True)
+def p4sim_backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """The backend this test's switches run on (P4SIM_BACKEND for the test's duration)."""
+    name = getattr(request, "param", "python")
+    monkeypatch.setenv("P4SIM_BACKEND", name)
+    watch = _Fallbacks()
+    logger = logging.getLogger("p4sim.backends")
+    logger.addHandler(watch)
+    try:
+        yield name
+    finally:
+        logger.removeHandler(watch)
+    if name == "c" and watch.lines:
+        pytest.fail(f"ran on the Python backend instead of C: {watch.lines[0]}")
+
 REPO_ROOT = PROGRAMS_DIR.parent.parent
 
 

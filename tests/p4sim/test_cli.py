@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -32,7 +34,7 @@ def test_help_explains_the_simple_switch_flags():
     assert r.returncode == 0
     for flag in ("--interface", "--device-id", "--grpc-server-addr", "--cpu-port", "--pcap",
                  "--log-console", "--no-p4", "--thrift-port", "compile", "--slow {bmv2,bmv2-tenth}",
-                 "--slow-pps", "--slow-queue", "--slow-latency-us"):
+                 "--slow-pps", "--slow-queue", "--slow-latency-us", "--backend {c,python}"):
         assert flag in r.stdout
 
 
@@ -44,7 +46,7 @@ def test_compile_help():
 @pytest.mark.parametrize("args", [["--bogus", "--no-p4"], [], ["--no-p4", "-i", "eth0"],
                                   ["--no-p4", "--device-id", "one"], ["compile", "x.p4"],
                                   ["--no-p4", "--slow", "tofino"], ["--no-p4", "--slow-queue", "8"],
-                                  ["--no-p4", "--slow", "bmv2", "--slow-pps", "-1"]])
+                                  ["--no-p4", "--slow", "bmv2", "--slow-pps", "-1"], ["--no-p4", "--backend", "java"]])
 def test_bad_arguments_print_usage_and_exit_2(args):
     r = p4sim(*args)
     assert r.returncode == 2
@@ -78,10 +80,21 @@ def test_compile_writes_p4info_text_and_device_config(tmp_path):
         "MyIngress.acl", "MyIngress.smac", "MyIngress.dmac"}
 
 
-def test_missing_interface_exits_1_without_traceback():
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root: without it p4sim stops at raw sockets, before the interface")
+def test_missing_interface_exits_1_naming_it_without_traceback():
     r = p4sim("--no-p4", "-i", "1@p4sim-no-such0")
-    assert r.returncode == 1
-    assert "p4sim-no-such0" in r.stderr or "root" in r.stderr
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert r.stderr.strip().splitlines()[-1] == (
+        "p4sim: cannot use interface 'p4sim-no-such0' for port 1: No such device"), r.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
+                    reason="needs root and setpriv to run p4sim as an unprivileged user")
+def test_without_root_p4sim_says_raw_sockets_need_it():
+    r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-m", "p4sim",
+                        "--no-p4", "-i", "1@lo", "--grpc-server-addr", "127.0.0.1:0"], capture_output=True,
+                       text=True, timeout=120, cwd=Path(__file__).resolve().parents[2])
+    assert r.returncode == 1 and r.stderr.strip().splitlines()[-1] == "p4sim: raw sockets need root (or CAP_NET_RAW)"
     assert "Traceback" not in r.stderr
 
 

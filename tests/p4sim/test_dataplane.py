@@ -1,12 +1,14 @@
-"""The raw-socket data plane: `-i` parsing, and a frame sent through packet_io.p4 between two
-veth pairs whose far ends live in a network namespace (root), with BMv2-named pcaps, both
-in process and through `python -m p4sim -i ...` programmed by p4runtime-shell; and the slow
-target's rate, queue drops and latency, measured on a burst through the same veths.
+"""The raw-socket data plane, both packet loops (the Python one and the C one, with the
+pipeline in Python): `-i` parsing, and a frame sent through packet_io.p4 between two veth pairs
+whose far ends live in a network namespace (root), with BMv2-named pcaps, both in process and
+through `python -m p4sim -i ...` programmed by p4runtime-shell; and the slow target's rate,
+queue drops and latency, measured on a burst through the same veths.
 """
 from __future__ import annotations
 
+import contextlib
 import json
-import os
+import logging
 import signal
 import socket
 import subprocess
@@ -14,6 +16,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Iterator
 
 import grpc
 import pytest
@@ -21,7 +24,8 @@ from scapy.layers.l2 import Ether
 from scapy.utils import rdpcap
 
 from p4sim import Switch, compile_file
-from p4sim.dataplane import Dataplane, SlowMode, parse_interface
+from p4sim.dataplane import CDataplane, Dataplane, SlowMode, SlowStats, parse_interface
+from p4sim.dataplane.traffic import TrafficSocket, blast, veth_lab
 from p4sim.p4info import build_p4info, to_text
 from p4sim.state import TableEntry
 from tests.conftest import process_tag
@@ -40,48 +44,21 @@ def test_parse_interface_rejects_other_forms(spec):
         parse_interface(spec)
 
 
-def sh(*cmd: str) -> None:
-    subprocess.run(cmd, check=True, capture_output=True)
-
-
 @pytest.fixture
 def veths():
-    """Switch-side interfaces (a, b) in this namespace; their peers in namespace `ns`."""
-    tag = process_tag()       # the leak check looks for names with it
-    ns, a, b = f"p4simdp{tag}", f"p4sa{tag}", f"p4sb{tag}"
-    sh("ip", "netns", "add", ns)
-    try:
-        for side in (a, b):
-            sh("ip", "link", "add", side, "type", "veth", "peer", "name", f"{side}p")
-            sh("ip", "link", "set", f"{side}p", "netns", ns)
-            # No IPv6 chatter: the only frames on these links are the test's.
-            sh("sysctl", "-q", f"net.ipv6.conf.{side}.disable_ipv6=1")
-            sh("ip", "netns", "exec", ns, "sysctl", "-q", f"net.ipv6.conf.{side}p.disable_ipv6=1")
-            sh("ip", "-n", ns, "link", "set", f"{side}p", "up")
-        yield ns, a, b       # a and b stay down: the data plane must bring them up
-    finally:
-        subprocess.run(["ip", "netns", "del", ns], capture_output=True)   # removes both veth pairs
-        for side in (a, b):
-            subprocess.run(["ip", "link", "del", side], capture_output=True)
+    """Switch-side interfaces (a, b) in this namespace, still down (the data plane must bring
+    them up); their peers in namespace `ns`."""
+    with veth_lab(process_tag()) as lab:       # the leak check looks for names with the tag
+        yield lab
 
 
-LINK_WAIT_S = 30.0
+# Both packet loops take the same arguments and run the same on_packet.
+LOOPS = {"python": Dataplane, "c": CDataplane}
 
 
-def wait_until_links_pass(ns: str, a: str, b: str) -> None:
-    """Block until both veth pairs carry frames. Once the data plane brings a and b up, their
-    peers' carrier comes on, but the kernel's linkwatch work (late on a busy machine) still has
-    to replace the peers' "noop" qdisc, which drops what they send, before a frame gets through."""
-    deadline = time.monotonic() + LINK_WAIT_S
-    while True:
-        shown = [subprocess.run(["ip", *where, "-o", "link", "show", "dev", iface],
-                                capture_output=True, text=True).stdout
-                 for where, iface in (((), a), ((), b), (("-n", ns), f"{a}p"), (("-n", ns), f"{b}p"))]
-        if all("state UP" in s and "qdisc noop" not in s for s in shown):
-            return
-        if time.monotonic() > deadline:
-            pytest.fail(f"veths not passing frames after {LINK_WAIT_S:g} s: {shown}")
-        time.sleep(0.05)
+@pytest.fixture(params=list(LOOPS))
+def loop(request):
+    return LOOPS[request.param]
 
 
 # Runs inside the namespace: send FRAME into port 1's peer, print what port 2's peer receives.
@@ -99,12 +76,12 @@ while True:
 
 
 @pytest.mark.mininet
-def test_frame_crosses_the_switch_between_veths_and_is_captured(veths, tmp_path):
-    ns, a, b = veths
+def test_frame_crosses_the_switch_between_veths_and_is_captured(veths, loop, tmp_path):
+    ns, (a, b) = veths.netns, veths.switch
     switch = Switch(compile_file(str(PROGRAM)))
     switch.state.tables["MyIngress.dmac"].insert(
         TableEntry((("exact", 0x000000000002),), "MyIngress.set_egress_port", (2,)))
-    dataplane = Dataplane({1: a, 2: b}, str(tmp_path / "pcap"))
+    dataplane = loop({1: a, 2: b}, str(tmp_path / "pcap"))
     received: list[tuple[int, bytes]] = []
     stop = threading.Event()
 
@@ -116,7 +93,7 @@ def test_frame_crosses_the_switch_between_veths_and_is_captured(veths, tmp_path)
     loop = threading.Thread(target=dataplane.run, args=(on_packet, stop))
     loop.start()
     try:
-        wait_until_links_pass(ns, a, b)
+        veths.wait_until_links_pass()
         peer = subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c", PEER,
                                f"{a}p", f"{b}p", FRAME.hex()], capture_output=True, text=True, timeout=60)
     finally:
@@ -137,18 +114,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.mininet
-def test_switch_process_forwards_between_veths_once_the_controller_installs_an_entry(veths, tmp_path,
-                                                                                    p4runtime_shell):
-    shell = p4runtime_shell
-    ns, a, b = veths
+@contextlib.contextmanager
+def forwarding_switch(shell, veths, tmp_path: Path, backend: str) -> Iterator[subprocess.Popen]:
+    """`python -m p4sim --backend BACKEND --no-p4` on the veths, pushed packet_io.p4 by
+    p4runtime-shell, with an entry that sends dstAddr 00:00:00:00:00:02 out of port 2; pcaps
+    in tmp_path/pcap. Killed on exit if the test did not stop it."""
+    a, b = veths.switch
     program = compile_file(str(PROGRAM))
     p4info_path, config_path = tmp_path / "packet_io.p4info.txt", tmp_path / "packet_io.json"
     p4info_path.write_text(to_text(build_p4info(program.info)))
     config_path.write_bytes(program.device_config())
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "p4sim", "-i", f"1@{a}", "-i", f"2@{b}", "--no-p4",
-                             "--pcap", str(tmp_path / "pcap"), "--grpc-server-addr", f"127.0.0.1:{port}",
+    proc = subprocess.Popen([sys.executable, "-m", "p4sim", "--backend", backend, "-i", f"1@{a}", "-i", f"2@{b}",
+                             "--no-p4", "--pcap", str(tmp_path / "pcap"), "--grpc-server-addr", f"127.0.0.1:{port}",
                              "--cpu-port", "255"], stderr=subprocess.PIPE, text=True)
     try:
         with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
@@ -162,7 +140,23 @@ def test_switch_process_forwards_between_veths_once_the_controller_installs_an_e
             te.insert()
         finally:
             shell.teardown()
-        wait_until_links_pass(ns, a, b)
+        veths.wait_until_links_pass()
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+BACKENDS = ["python", "c"]
+
+
+@pytest.mark.mininet
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_switch_process_forwards_between_veths_once_the_controller_installs_an_entry(veths, tmp_path, backend,
+                                                                                    p4runtime_shell):
+    ns, (a, b) = veths.netns, veths.switch
+    with forwarding_switch(p4runtime_shell, veths, tmp_path, backend) as proc:
         peer = subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c", PEER,
                                f"{a}p", f"{b}p", FRAME.hex()], capture_output=True, text=True, timeout=60)
         assert peer.returncode == 0, peer.stderr
@@ -171,10 +165,28 @@ def test_switch_process_forwards_between_veths_once_the_controller_installs_an_e
         _, err = proc.communicate(timeout=60)
         assert proc.returncode == 0, err
         assert [bytes(p) for p in rdpcap(str(tmp_path / "pcap" / f"{b}_out.pcap"))] == [FRAME]
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+
+
+@pytest.mark.mininet
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_switch_process_stopped_mid_traffic_exits_cleanly(veths, tmp_path, backend, p4runtime_shell):
+    results = []
+    with forwarding_switch(p4runtime_shell, veths, tmp_path, backend) as proc:
+        with TrafficSocket(veths.peer[0], veths.netns, receive=False) as tx, \
+                TrafficSocket(veths.peer[1], veths.netns) as rx:
+            # Far more frames than it forwards before the stop; the generator ends once the
+            # switch has been quiet for a second.
+            traffic = threading.Thread(target=lambda: results.append(blast(tx, rx, FRAME + bytes(8), 10**8)))
+            traffic.start()
+            try:
+                time.sleep(2.0)
+                proc.send_signal(signal.SIGTERM)
+                _, err = proc.communicate(timeout=60)
+            finally:
+                traffic.join()
+    assert proc.returncode == 0, err
+    assert "p4sim stopped" in err and "Traceback" not in err
+    assert 0 < results[0].received < results[0].sent and results[0].mismatched == 0
 
 
 # Runs inside the namespace: send BURST numbered frames into port 1's peer back to back, then
@@ -207,15 +219,15 @@ print(json.dumps({"sent": sent, "got": got}))
 
 
 @pytest.mark.mininet
-def test_slow_target_serves_at_its_rate_after_its_latency_and_drops_beyond_its_queue(veths):
-    ns, a, b = veths
+def test_slow_target_serves_at_its_rate_after_its_latency_and_drops_beyond_its_queue(veths, loop):
+    ns, (a, b) = veths.netns, veths.switch
     # Slow enough that the data plane takes in the whole burst within a service time or two
     # even when it gets a tenth of a core.
     slow = SlowMode(pps=20, queue_depth=20, latency_s=0.05)
     switch = Switch(compile_file(str(PROGRAM)))
     switch.state.tables["MyIngress.dmac"].insert(
         TableEntry((("exact", 0x000000000002),), "MyIngress.set_egress_port", (2,)))
-    dataplane = Dataplane({1: a, 2: b}, slow=slow)
+    dataplane = loop({1: a, 2: b}, slow=slow)
     stop = threading.Event()
 
     def on_packet(port: int, data: bytes) -> None:
@@ -225,7 +237,7 @@ def test_slow_target_serves_at_its_rate_after_its_latency_and_drops_beyond_its_q
     loop = threading.Thread(target=dataplane.run, args=(on_packet, stop))
     loop.start()
     try:
-        wait_until_links_pass(ns, a, b)
+        veths.wait_until_links_pass()
         peer = subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c", BURST_PEER, f"{a}p", f"{b}p", "60"],
                               capture_output=True, text=True, timeout=60)
     finally:
@@ -249,3 +261,36 @@ def test_slow_target_serves_at_its_rate_after_its_latency_and_drops_beyond_its_q
 def test_slow_mode_rejects_impossible_figures():
     with pytest.raises(ValueError, match="pps > 0, queue >= 1 and latency >= 0, not 0 pps, queue 10"):
         SlowMode(pps=0, queue_depth=10)
+
+
+@pytest.mark.mininet
+def test_slow_target_logs_its_counts_while_they_change_and_when_it_stops(veths, loop, caplog):
+    slow = SlowMode(pps=1000, queue_depth=10)
+    with caplog.at_level(logging.INFO, logger="p4sim.dataplane"):
+        dataplane = loop({1: veths.switch[0], 2: veths.switch[1]}, slow=slow)
+        stop = threading.Event()
+        thread = threading.Thread(target=dataplane.run, args=(lambda port, data: None, stop))
+        thread.start()
+        try:
+            veths.wait_until_links_pass()
+            with TrafficSocket(veths.peer[0], veths.netns, receive=False) as tx, \
+                    TrafficSocket(veths.peer[1], veths.netns) as rx:
+                blast(tx, rx, FRAME + bytes(8), 30, window=30, quiet_s=0.1)     # nothing comes back
+            deadline = time.monotonic() + 30
+            while not settled(dataplane.stats, caplog.messages) and time.monotonic() < deadline:
+                time.sleep(0.05)
+        finally:
+            stop.set()
+            thread.join()
+            dataplane.close()
+    lines = [m for m in caplog.messages if m.startswith("slow target: ")]
+    stats = dataplane.stats
+    # Logged while running once the counts changed, and again when it stopped.
+    assert lines[-2] == lines[-1] == str(stats)
+    assert stats.received >= 30 and stats.queue_drops >= stats.received - slow.queue_depth - 1
+
+
+def settled(stats: SlowStats, messages: list[str]) -> bool:
+    """The burst was taken in, nothing waits any more, and those counts were logged."""
+    return stats.received >= 30 and stats.served + stats.queue_drops == stats.received and str(stats) in messages
+

@@ -46,7 +46,7 @@ def reference_switch(request: pytest.FixtureRequest) -> Iterator[tuple[Switch, T
         program = compile_file(str(folder / f"{folder.name}.p4"))
         program.info
     except P4Error as err:
-        pytest.skip(f"p4sim cannot load it yet: {err}")
+        pytest.fail(f"p4sim cannot compile the reference program {folder.name}: {err}")
     switch = Switch(program, seed=1)
     server = serve_thrift(switch, 0)
     try:

@@ -1,5 +1,5 @@
 """p4sim as a drop-in for simple_switch_grpc with its Thrift port: the controller's BMv2 mode
-(pipeline and entries over P4Runtime, registers through simple_switch_CLI) runs unchanged
+(pipeline and entries over P4Runtime, registers over BMv2's Thrift runtime) runs unchanged
 against it, both runtimes share one state, and `python -m p4sim --thrift-port` serves it.
 """
 from __future__ import annotations
@@ -54,7 +54,7 @@ def pipeline_of(program: Program, name: str) -> Pipeline:
     return Pipeline(name, build_p4info(program.info), program.device_config())
 
 
-def test_controller_bmv2_mode_clears_slots_through_the_thrift_cli(bmv2_like):
+def test_controller_bmv2_mode_clears_slots_through_the_thrift_runtime(bmv2_like):
     sw, switch, _ = bmv2_like
     push_pipeline(sw, pipeline_of(compile_file(str(REPO / "p4src" / "allreduce.p4")), "allreduce"))
     assert isinstance(sw.registers, ThriftRegisters)
@@ -63,7 +63,7 @@ def test_controller_bmv2_mode_clears_slots_through_the_thrift_cli(bmv2_like):
     for name in SLOT_REGISTERS:
         sw.registers.write(name, {first: 3, last: 1})
     count = switch.state.registers["MyIngress.slot_count"].values
-    assert (count[first], count[last]) == (3, 1)          # the CLI wrote p4sim's own cells
+    assert (count[first], count[last]) == (3, 1)          # Thrift wrote p4sim's own cells
     assert sw.registers.read("slot_count")[first] == 3
     clear_slots(sw, job)
     for name in SLOT_REGISTERS:

@@ -65,7 +65,7 @@ def test_unreadable_pid_file_is_skipped(tmp_path):
 
 def test_a_lock_this_process_holds_is_recognised(tmp_path):
     import fcntl
-    from topologies.fabric import _held_by_this_process
+    from topologies.machine import _held_by_this_process
     held, free = tmp_path / "held.lock", tmp_path / "free.lock"
     free.touch()
     with held.open("w") as f:

@@ -60,6 +60,18 @@ def test_contract_example_round_trips_through_a_file(tmp_path):
     assert json.loads((tmp_path / "again.json").read_text()) == CONTRACT_EXAMPLE
 
 
+def test_a_running_fabrics_target_round_trips_and_a_plain_topology_has_none(tmp_path):
+    """The fabric writes its target (p4sim, bmv2): the controller reaches registers by it."""
+    plain, on_bmv2 = star(2), star(2)
+    on_bmv2.target = "bmv2"
+    on_bmv2.dump(tmp_path / "t.json")
+    assert json.loads((tmp_path / "t.json").read_text())["target"] == "bmv2"
+    assert Topology.load(tmp_path / "t.json").target == "bmv2"
+    assert "target" not in plain.to_dict() and Topology.from_dict(plain.to_dict()).target is None
+    with pytest.raises(TopologyError, match="target must be a name, not 7"):
+        Topology.from_dict({**plain.to_dict(), "target": 7})
+
+
 def test_leaf_spine_wires_hosts_below_and_spines_above_each_leaf():
     topo = leaf_spine(leaves=2, spines=2, hosts_per_leaf=2)
     assert sorted(topo.switches) == ["s1", "s2", "s3", "s4"]

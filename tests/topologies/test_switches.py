@@ -14,13 +14,15 @@ ARGS = TargetArgs(ports=((1, "s1-eth1"), (2, "s1-eth2")), device_id=0, grpc_addr
                   thrift_port=9090, cpu_port=510)
 
 
-def test_p4sim_gets_simple_switch_grpc_flags_and_no_pipeline():
+def test_p4sim_gets_simple_switch_grpc_flags_and_no_pipeline(monkeypatch):
+    monkeypatch.delenv("P4SIM_BACKEND", raising=False)
     assert p4sim_command(ARGS) == [
         sys.executable, "-m", "p4sim", "-i", "1@s1-eth1", "-i", "2@s1-eth2", "--device-id", "0",
         "--grpc-server-addr", "127.0.0.1:50051", "--cpu-port", "510", "--no-p4"]
 
 
-def test_pcap_and_console_log_are_passed_when_asked():
+def test_pcap_and_console_log_are_passed_when_asked(monkeypatch):
+    monkeypatch.delenv("P4SIM_BACKEND", raising=False)
     args = TargetArgs(((3, "s2-eth3"),), 1, "127.0.0.1:50052", 9091, 510, Path("build/pcaps"), True)
     assert p4sim_command(args)[3:] == [
         "-i", "3@s2-eth3", "--device-id", "1", "--grpc-server-addr", "127.0.0.1:50052", "--cpu-port", "510",
@@ -33,6 +35,13 @@ def test_slow_preset_is_passed_to_p4sim_and_refused_for_bmv2(monkeypatch):
     monkeypatch.setattr(switches.shutil, "which", lambda name: f"/usr/local/bin/{name}")
     with pytest.raises(SwitchError, match="p4sim's imitation of BMv2.*leave SLOW unset"):
         bmv2_command(slow)
+
+
+def test_p4sim_backend_comes_from_the_environment(monkeypatch):
+    monkeypatch.setenv("P4SIM_BACKEND", "python")
+    assert p4sim_command(ARGS)[-3:] == ["--backend", "python", "--no-p4"]
+    monkeypatch.setenv("P4SIM_BACKEND", "")
+    assert "--backend" not in p4sim_command(ARGS)
 
 
 def test_bmv2_puts_grpc_address_and_cpu_port_after_the_double_dash(monkeypatch):

@@ -1,6 +1,6 @@
 """A stand-in for the switch on loopback UDP, for tests without root: it sums each chunk's
 int32 contributions from a job's workers (wrapping, as the switch's registers do; a JOIN
-adds zeros), ORs the flags, takes the max need, and sends the result to every contributor
+adds zeros), or takes their signed minimum or maximum (the header's reduce_op), ORs the flags, takes the max need, and sends the result to every contributor
 from its own address, or a header-only ACK where the collective says so (docs/protocol.md);
 a packet for a finished chunk gets its answer again. No slots, no versions: chunks are
 keyed by seq, which is enough for workers that follow the protocol.
@@ -13,8 +13,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from hosts.inc import (COLL_BARRIER, COLL_REDUCE, INC_K, OP_ACK, OP_CONTRIB, OP_JOIN, OP_RESULT, IncFormatError,
-                       IncHeader, pack, pack_header, unpack)
+from hosts.inc import (COLL_BARRIER, COLL_REDUCE, INC_K, OP_ACK, OP_CONTRIB, OP_JOIN, OP_RESULT, REDUCE_MAX,
+                       REDUCE_MIN, IncFormatError, IncHeader, pack, pack_header, unpack)
 
 
 @dataclass
@@ -22,6 +22,7 @@ class _Round:
     sums: np.ndarray
     flags: int = 0
     need: int = -128
+    contributions: int = 0
     senders: dict[int, tuple[str, int]] = field(default_factory=dict)
     result: IncHeader | None = None
 
@@ -66,7 +67,13 @@ class LoopbackAggregator:
                 continue
             r.senders[header.worker_id] = sender
             if header.opcode == OP_CONTRIB:
-                r.sums += elements
+                if header.reduce_op in (REDUCE_MIN, REDUCE_MAX) and r.contributions:
+                    r.sums = (np.minimum if header.reduce_op == REDUCE_MIN else np.maximum)(r.sums, elements)
+                elif header.reduce_op in (REDUCE_MIN, REDUCE_MAX):
+                    r.sums = np.array(elements, np.int32)
+                else:
+                    r.sums += elements
+                r.contributions += 1
             else:
                 self.joins += 1
             r.flags |= header.flags

@@ -147,14 +147,16 @@ def test_the_torch_shaped_functions_work_in_place_on_the_default_group(monkeypat
     assert not dist.is_initialized()
 
 
-def run_worker_script(n: int, launcher_env, extra_env: dict[str, str], out_dir: Path) -> list[subprocess.CompletedProcess]:
+def run_worker_script(n: int, launcher_env, extra_env: dict[str, str], out_dir: Path,
+                      worker_args: tuple[str, ...] = ()) -> list[subprocess.CompletedProcess]:
     master = str(free_port())
     procs = []
     for r in range(n):
         env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
                **launcher_env(r, n), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": master,
                "P4INC_PORT": str(free_port(socket.SOCK_DGRAM)), **extra_env}
-        procs.append(subprocess.Popen([sys.executable, "-m", "workloads.tp_worker", *SMALL_FLAGS, "-o", str(out_dir)],
+        procs.append(subprocess.Popen([sys.executable, "-m", "workloads.tp_worker", *SMALL_FLAGS, *worker_args,
+                                       "-o", str(out_dir)],
                                       cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     try:
         return [subprocess.CompletedProcess(p.args, p.wait(timeout=120), p.stdout.read(), p.stderr.read())
@@ -207,3 +209,93 @@ def test_the_ddp_hook_without_torch_says_it_needs_torch():
         pytest.skip("torch is installed: the hook is available")
     with pytest.raises(DistError, match="needs PyTorch"):
         dist.ddp_comm_hook(None)
+
+
+@pytest.mark.parametrize("backend", ["inc", "ring"])
+def test_every_group_method_equals_numpy_on_three_ranks(aggregator, backend):
+    """Issue 25: each method at N >= 2 on both backends, every op, results compared exactly
+    (int32) or within the switch's float bound."""
+    rng = np.random.default_rng(8)
+    ints = [rng.integers(-1000, 1000, 66, dtype=np.int32) for _ in range(3)]
+    floats = [rng.standard_normal(66).astype(np.float32) for _ in range(3)]
+
+    def body(g: dist.ProcessGroup):
+        got = {op.value: g.all_reduce(ints[g.rank], op) for op in (ReduceOp.SUM, ReduceOp.MIN, ReduceOp.MAX)}
+        got["avg"] = g.all_reduce(floats[g.rank], ReduceOp.AVG)
+        got.update({f"reduce_{op.value}": g.reduce(ints[g.rank], 2, op) for op in (ReduceOp.SUM, ReduceOp.MAX)})
+        got.update({f"scatter_{op.value}": g.reduce_scatter(ints[g.rank], op) for op in (ReduceOp.SUM, ReduceOp.MIN)})
+        got["gather"] = g.all_gather(floats[g.rank])
+        got["bcast"] = g.broadcast(ints[g.rank], src=2)
+        g.barrier()
+        return got
+
+    results = on_every_rank(3, Options(aggregator=aggregator.address, timeout=0.05), body, backend)
+    exact = {"sum": np.sum(ints, axis=0), "min": np.min(ints, axis=0), "max": np.max(ints, axis=0)}
+    for group, got in results:
+        assert group.backend == backend
+        r = group.rank
+        for op in exact:
+            np.testing.assert_array_equal(got[op], exact[op])
+        np.testing.assert_allclose(got["avg"], np.mean(np.array(floats, np.float64), axis=0), atol=1e-6)
+        if r == 2:
+            np.testing.assert_array_equal(got["reduce_sum"], exact["sum"])
+            np.testing.assert_array_equal(got["reduce_max"], exact["max"])
+        else:
+            assert got["reduce_sum"] is None and got["reduce_max"] is None
+        np.testing.assert_array_equal(got["scatter_sum"], exact["sum"][22 * r:22 * (r + 1)])
+        np.testing.assert_array_equal(got["scatter_min"], exact["min"][22 * r:22 * (r + 1)])
+        assert all(np.array_equal(mine, theirs) for mine, theirs in zip(got["gather"], floats))
+        np.testing.assert_array_equal(got["bcast"], ints[2])
+
+
+def run_dist_ranks(n: int, extra_env: dict[str, str], out_dir: Path) -> list[dict]:
+    """`python -m tests.workloads.dist_ranks` on n processes with torchrun's variables."""
+    master = str(free_port())
+    procs = []
+    try:
+        for r in range(n):
+            env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **torchrun(r, n),
+                   "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": master, "P4INC_PORT": str(free_port(socket.SOCK_DGRAM)),
+                   **extra_env}
+            procs.append(subprocess.Popen([sys.executable, "-m", "tests.workloads.dist_ranks", str(out_dir)], cwd=ROOT,
+                                          env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        done = [(p.wait(timeout=180), p.stderr.read()) for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+            p.stdout.close()
+            p.stderr.close()
+    assert [code for code, _ in done] == [0] * n, [err[-1500:] for _, err in done]
+    return [dict(np.load(out_dir / f"rank{r}.npz")) for r in range(n)]
+
+
+@pytest.mark.parametrize("switch", [True, False], ids=["switch", "ring"])
+def test_the_module_level_functions_work_in_place_on_three_ranks(switch, tmp_path):
+    """Issue 25: every module-level function at N = 3, whose results differ from every rank's
+    input, so a function that writes nothing back fails."""
+    from tests.workloads.dist_ranks import SIZE, floats, inputs
+    agg = LoopbackAggregator(job_id=1, num_workers=3) if switch else None
+    address = f"127.0.0.1:{agg.address[1] if agg else free_port(socket.SOCK_DGRAM)}"
+    try:
+        results = run_dist_ranks(3, {"P4INC_AGGREGATOR": address, "P4INC_PROBE_TIMEOUT": "0.3"}, tmp_path)
+    finally:
+        if agg is not None:
+            agg.close()
+    ints = [inputs(r) for r in range(3)]
+    exact = {"sum": np.sum(ints, axis=0), "min": np.min(ints, axis=0), "max": np.max(ints, axis=0)}
+    float_sum = np.sum([floats(r).astype(np.float64) for r in range(3)], axis=0)
+    for r, got in enumerate(results):
+        assert got["backend"] == ("inc" if switch else "ring")
+        assert got["world"].tolist() == [3, 1] and got["destroyed"]
+        for op in exact:
+            np.testing.assert_array_equal(got[f"all_reduce_{op}"], exact[op])
+        np.testing.assert_allclose(got["all_reduce_avg"], float_sum / 3, atol=1e-6)
+        np.testing.assert_array_equal(got["all_gather"], np.stack(ints))
+        np.testing.assert_array_equal(got["reduce_scatter"], exact["sum"][r * SIZE // 3:(r + 1) * SIZE // 3])
+        np.testing.assert_array_equal(got["reduce"], exact["sum"] if r == 2 else ints[r])
+        np.testing.assert_array_equal(got["broadcast"], inputs(1, salt=1))
+        assert "in place needs a writable numpy array or a torch tensor, not list" in str(got["refused"])
+        if importlib.util.find_spec("torch") is not None:
+            np.testing.assert_allclose(got["torch_all_reduce"], float_sum, atol=1e-5)
+            np.testing.assert_array_equal(got["torch_broadcast"], inputs(1, salt=1))

@@ -13,12 +13,12 @@ from .codegen import CompiledCode, compile_program
 __all__ = ["CompiledCode", "PythonSwitch", "python_code"]
 
 
-def python_code(program: Program, trace: bool = False) -> tuple[CompiledCode, Any]:
-    """The program's generated module and its code object, built once per trace setting."""
-    key = ("python", trace)
+def python_code(program: Program, trace: bool = False, optimize: bool = True) -> tuple[CompiledCode, Any]:
+    """The program's generated module and its code object, built once per setting."""
+    key = ("python", trace) if optimize else ("python", trace, "plain")
     if key not in program.artifacts:
         with internal_errors("compiling", program.source_file):
-            cc = compile_program(program.checked, trace)
+            cc = compile_program(program.checked, trace, optimize)
             obj = compile(cc.source, f"<p4sim:{program.source_file}>", "exec")
         program.artifacts[key] = (cc, obj)
     return program.artifacts[key]

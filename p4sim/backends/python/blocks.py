@@ -4,8 +4,8 @@ from __future__ import annotations
 from ...frontend import ast
 from ...ir import ActionProfileInfo
 from ...frontend.checker import Sym
-from ...frontend.types import BoolType, ExternType, StackType, is_header
-from .common import CodeGen, Ctx, attr, mentions, param_py, path_of, py_ident, scalar, unique_actions
+from ...frontend.types import BitType, BoolType, ExternType, StackType, is_header
+from .common import CodeGen, Ctx, attr, mask, mentions, param_py, path_of, py_ident, scalar, unique_actions
 
 MAX_PARSER_STEPS = 1000          # a parser that loops longer fails with ParserTimeout
 
@@ -51,16 +51,18 @@ def _overwritten(lhs: ast.Expr, rest: list[ast.Stmt]) -> bool:
 
 class BlockGen(CodeGen):
     # ---- blocks -------------------------------------------------------------------
-    def frame_class(self, info) -> str | None:
-        if not info.frame_vars:
+    def frame_class(self, info, params: list[Sym] = ()) -> str | None:
+        """The class of a block's frame L: its variables, and `params` (see framed_params)."""
+        held = list(info.frame_vars) + list(params)
+        if not held:
             return None
         name = f"FL_{py_ident(info.decl.name)}"
         self.emit(f"class {name}:")
         self.ind += 1
-        self.emit(f"__slots__ = {tuple(attr(s.name) for s in info.frame_vars)!r}")
+        self.emit(f"__slots__ = {tuple(attr(s.name) for s in held)!r}")
         self.emit("def __init__(self):")
         self.ind += 1
-        for s in info.frame_vars:
+        for s in held:
             self.emit(f"self.{attr(s.name)} = {self.init_value(s.type)}")
         self.ind -= 2
         return name
@@ -73,13 +75,15 @@ class BlockGen(CodeGen):
 
     def parser(self, info) -> None:
         d = info.decl
-        fl = self.frame_class(info)
+        top = d.name == self.cp.pipeline["parser"]
+        sub = self.callee_ctx("parser", d.params)
+        framed = [] if top else sub.outs
+        self.framed_params.update(id(s) for s in framed)
+        fl = self.frame_class(info, framed)
         names = [param_py(p) for p in d.params]
         pkt = names[0]
         sig = ", ".join(names + ["L"])
         ctx = Ctx("parser", info, sig, pkt)
-        top = d.name == self.cp.pipeline["parser"]
-        sub = self.callee_ctx("parser", d.params)
         for st in d.states:
             self.emit(f"def PS_{py_ident(d.name)}_{st.name}({sig}):")
             self.ind += 1
@@ -93,6 +97,9 @@ class BlockGen(CodeGen):
         self.emit(f"def P_{py_ident(d.name)}({', '.join(names)}):")
         self.ind += 1
         self.emit(f"L = {fl}()" if fl else "L = None")
+        for s in framed:
+            if s.direction == "inout":
+                self.emit(f"L.{attr(s.name)} = {s.pyname}")
         if fl:
             self.frame_init(info, ctx)
         self.emit(f"st = PS_{py_ident(d.name)}_start")
@@ -100,7 +107,7 @@ class BlockGen(CodeGen):
         if not top:                                   # a sub-parser: errors end the top parser
             self.emit("while st is not None:")
             self.emit(f"    st = st({sig})")
-            self.return_outs(sub)
+            self.emit("return (" + "".join(f"L.{attr(s.name)}, " for s in framed) + ")" if framed else "return")
             self.ind -= 1
             return
         self.emit("try:")
@@ -204,6 +211,11 @@ class BlockGen(CodeGen):
         ctx.block, ctx.ctl_args, ctx.pkt = outer.block, outer.ctl_args, outer.pkt
         self.emit(f"def {a.pyname}({sig}):")
         self.ind += 1
+        for p in d.params:
+            if p.direction == "" and isinstance(p.type, BitType) and p.type.signed:
+                # The control plane gives an int<W> argument as its bits; code reads it signed.
+                h, py = 1 << (p.type.width - 1), p.decl_sym.pyname
+                self.emit(f"{py} = (({py} + {h}) & {mask(p.type.width)}) - {h}")
         with self.local_aliases():
             if self.trace:
                 shown = [p.decl_sym.pyname for p in d.params if p.direction == ""]
@@ -288,6 +300,8 @@ class BlockGen(CodeGen):
             v = self.expr(k.expr, ctx)
             if isinstance(k.expr.type, BoolType):
                 v = f"(1 if {v} else 0)"
+            elif isinstance(k.expr.type, BitType) and k.expr.type.signed:
+                v = f"({v} & {mask(k.expr.type.width)})"     # entries hold the bits, unsigned
             owner = key_header(k.expr)
             if owner is not None:
                 # BMv2 builds a key from an invalid header's fields as zeros, though an

@@ -31,8 +31,8 @@ class CompiledCode:
     sm_fields: list[str]
 
 
-def compile_program(cp: CheckedProgram, trace: bool = False) -> CompiledCode:
-    gen = _Compiler(cp, trace)
+def compile_program(cp: CheckedProgram, trace: bool = False, optimize: bool = True) -> CompiledCode:
+    gen = _Compiler(cp, trace, optimize)
     try:
         return gen.run()
     except P4Error:

@@ -112,9 +112,13 @@ class Ctx:
 class CodeGen:
     """The output buffer and helpers every generator part uses."""
 
-    def __init__(self, cp: CheckedProgram, trace: bool) -> None:
+    def __init__(self, cp: CheckedProgram, trace: bool, optimize: bool = True) -> None:
         self.cp = cp
         self.trace = trace
+        # Off: none of the speed-ups that keep the values (single-use temporaries moved,
+        # local aliases, register indexes reused, struct unpacking): a plainer twin of the
+        # same program that tests/p4sim/p4fuzz.py compares with the optimised code.
+        self.optimize = optimize
         self.lines: list[str] = []
         self.ind = 0
         self.uid = 0
@@ -122,6 +126,9 @@ class CodeGen:
         self.aliases: dict[str, tuple[str, str]] | None = None   # ref -> (placeholder, local name)
         # In a block's straight-line run: register index code -> (its variable, the index).
         self.known: dict[str, tuple[str, ast.Expr]] | None = None
+        # A sub-parser's scalar out/inout parameters (Sym ids): every state writes them,
+        # so they live on its frame L, not in one state function's locals.
+        self.framed_params: set[int] = set()
 
     def emit(self, line: str) -> None:
         self.lines.append("    " * self.ind + line)
@@ -139,6 +146,9 @@ class CodeGen:
         resets refill the same list. Stack elements do change (push_front, pop_front), so
         stacks and anything reached through them are not aliased."""
         assert self.aliases is None
+        if not self.optimize:
+            yield
+            return
         self.aliases = {}
         start, indent = len(self.lines), "    " * self.ind
         try:

@@ -4,7 +4,7 @@ from __future__ import annotations
 from ...frontend import ast
 from ...frontend.checker import Target, const_value, error_at, expr_text
 from ...frontend.types import (ActionRunType, ApplyResultType, BitType, BoolType, EnumType,
-                              StackType, StructType, TupleType, Type, is_header)
+                              StackType, StructType, TupleType, Type, field_width, is_header)
 from .common import CodeGen, Ctx, attr, cls_name, mask, py_ident
 
 
@@ -178,6 +178,39 @@ class ExprGen(CodeGen):
             return f"({v} & {mask(t.underlying.width)})"
         return v
 
+    def lookahead_struct(self, e: ast.Call, t: StructType, pkt: str) -> str:
+        """lookahead<S>() of a struct of bit<W>, int<W>, bool, serializable enum or struct
+        fields: the next bits cut into its fields, MSB first, as p4c's midend
+        ExpandLookahead lowers it for BMv2."""
+        total = self.bits_of(e, t)
+        return f"(lambda v: {self.cut_fields(t, total)})({pkt}.peek({total}))"
+
+    def bits_of(self, e: ast.Expr, t: Type) -> int:
+        if isinstance(t, StructType) and t.kind == "struct":
+            return sum(self.bits_of(e, ft) for ft in t.fields.values())
+        if isinstance(t, (BitType, BoolType)) or (isinstance(t, EnumType) and t.underlying is not None):
+            return field_width(t)
+        raise error_at(e, f"lookahead<T>: T must be made of bit<W>, int<W>, bool, serializable enums "
+                          f"and structs of them, not {t}")
+
+    def cut_fields(self, t: StructType, end: int) -> str:
+        """N_S(...) of the fields of t found in v's bits below bit `end` (MSB first)."""
+        parts = []
+        for ft in t.fields.values():
+            if isinstance(ft, StructType):
+                parts.append(self.cut_fields(ft, end))
+                end -= self.bits_of(None, ft)
+                continue
+            w = field_width(ft)
+            end -= w
+            v = f"((v >> {end}) & {mask(w)})" if end else f"(v & {mask(w)})"
+            if isinstance(ft, BoolType):
+                v = f"({v} == 1)"
+            elif isinstance(ft, BitType) and ft.signed:
+                v = f"(({v} ^ {1 << (w - 1)}) - {1 << (w - 1)})"
+            parts.append(v)
+        return f"N_{cls_name(t)}({', '.join(parts)})"
+
     def x_Call(self, e: ast.Call, ctx) -> str:
         t: Target = e.target
         if t.kind == "header_method" and t.name == "isValid":
@@ -200,6 +233,8 @@ class ExprGen(CodeGen):
                     return f"LK_{rt.name}({pkt})"
                 if isinstance(rt, BitType):
                     return f"{pkt}.peek({rt.width})"
+                if isinstance(rt, StructType) and rt.kind == "struct":
+                    return self.lookahead_struct(e, rt, pkt)
                 raise error_at(e, f"lookahead of a {rt} is not supported by p4sim")
         if t.kind == "method" and t.base.type.decl.name == "Checksum16" and t.name == "get":
             acc, n = self.data_bits(e.args[0], ctx)     # deprecated; BMv2 sums the fields as csum16

@@ -232,7 +232,7 @@ class ExternGen(CodeGen):
         A read-modify-write (`r.read(x, base + 1); ...; r.write(base + 1, y)`) computes
         its index once."""
         code = self.expr(e, ctx)
-        if self.known is not None and code in self.known:
+        if self.known is not None and self.optimize and code in self.known:
             return self.known[code][0]
         i = self.tmp("i")
         self.emit(f"{i} = {code}")

@@ -142,7 +142,7 @@ class LayoutGen(CodeGen):
         layout = [(a, s if not isinstance(ft, VarbitType) else off_after(layout, i), dyn, ft)
                   for i, (a, s, dyn, ft) in enumerate(layout)]
         nbytes = fixed // 8
-        fmt = struct_format(t)
+        fmt = struct_format(t) if self.optimize else None
         if fmt is not None:
             self.emit(f"ST_{name} = Struct({fmt!r})")
         if vb is None:
@@ -154,10 +154,12 @@ class LayoutGen(CodeGen):
             vmax = t.fields[vb].max_width
             self.emit(f"def X_{name}(pkt, h, nbits):")
             self.ind += 1
-            # BMv2 checks the packet's length first (PacketTooShort), then the varbit's size.
+            # As BMv2's extract_VL: a size that is not whole bytes is ParserInvalidArgument,
+            # then the packet's length (PacketTooShort), then the varbit's size (HeaderTooShort).
+            self.emit("if nbits & 7: raise Reject(6)")
             self.emit(f"d = pkt.data; o = pkt.off; e = o + {nbytes} + (nbits >> 3)")
             self.emit("if e > len(d): raise Reject(1)")
-            self.emit(f"if nbits > {vmax} or nbits & 7: raise Reject(4)")
+            self.emit(f"if nbits > {vmax}: raise Reject(4)")
             self.emit(f"h.{varbit_len(attr(vb))} = nbits")
         if fmt is not None:
             fields = ", ".join(f"h.{attr(f)}" for f in t.fields) + ("," if len(t.fields) == 1 else "")

@@ -102,11 +102,14 @@ def _substitute(e: ast.Expr, sym: Sym, value: ast.Expr) -> ast.Expr:
     return new
 
 
+MAX_LOOP_ITERATIONS = 1 << 16      # a P4 for loop that runs longer fails the packet
+
+
 class StmtGen(CodeGen):
     # ---- statements -------------------------------------------------------------
     def block(self, b: ast.Block, ctx: Ctx) -> None:
         self.known = {}
-        for s in forward_single_uses(b.stmts):
+        for s in (forward_single_uses(b.stmts) if self.optimize else b.stmts):
             if isinstance(s, str):
                 self.emit(s)
                 continue
@@ -178,8 +181,62 @@ class StmtGen(CodeGen):
             self.switch(s, ctx)
         elif isinstance(s, ast.Empty):
             pass
+        elif isinstance(s, ast.For):
+            self.for_loop(s, ctx)
+        elif isinstance(s, ast.ForIn):
+            self.for_in_loop(s, ctx)
+        elif isinstance(s, ast.Break):
+            self.emit("break")
+        elif isinstance(s, ast.Continue):
+            self.emit("continue")
         else:
             raise error_at(s, f"unsupported statement {type(s).__name__}")
+
+    def for_loop(self, s: ast.For, ctx: Ctx) -> None:
+        """The update runs at the top of every iteration but the first, so that `continue`
+        (Python's, to the top) runs it too; a loop that never ends fails the packet."""
+        for init in s.init:
+            self.stmt(init, ctx)
+        first, n = self.tmp("first"), self.tmp("n")
+        self.emit(f"{first} = True; {n} = 0")
+        self.emit("while True:")
+        self.ind += 1
+        self.emit(f"{n} += 1")
+        self.emit(f"if {n} > {MAX_LOOP_ITERATIONS}: raise RuntimeError('a for loop ran {MAX_LOOP_ITERATIONS} times "
+                  f"(at {s.pos.file}:{s.pos.line})')")
+        if s.update:
+            self.emit(f"if {first}: {first} = False")
+            self.emit("else:")
+            self.ind += 1
+            for update in s.update:
+                self.stmt(update, ctx)
+            self.ind -= 1
+        if s.cond is not None:
+            self.emit(f"if not {self.expr(s.cond, ctx)}: break")
+        self.known = None
+        self.stmt(s.body, ctx)
+        self.ind -= 1
+
+    def for_in_loop(self, s: ast.ForIn, ctx: Ctx) -> None:
+        var = s.var._sym.pyname
+        c = s.collection
+        if isinstance(c, ast.Range):
+            lo, hi = self.expr(c.lo, ctx), self.expr(c.hi, ctx)
+            self.emit(f"for {var} in range({lo}, {hi} + 1):")
+        else:
+            e = self.tmp("e")
+            self.emit(f"for {e} in {self.expr(c, ctx)}.items:")
+            self.emit(f"    {var} = {e}._copy()")
+        self.ind += 1
+        self.known = None
+        self.body_or_pass(s.body, ctx)
+        self.ind -= 1
+
+    def body_or_pass(self, s: ast.Stmt, ctx: Ctx) -> None:
+        start = len(self.lines)
+        self.stmt(s, ctx)
+        if len(self.lines) == start:
+            self.emit("pass")
 
     def if_chain(self, s: ast.If, cond: str, ctx: Ctx) -> None:
         """if / elif / else; an `else if` whose condition needs statements first (a call
@@ -293,7 +350,7 @@ class StmtGen(CodeGen):
 
     def name(self, e: ast.NameRef) -> str:
         sym = e.decl
-        if sym.frame:
+        if sym.frame or id(sym) in self.framed_params:
             return f"L.{attr(sym.name)}"
         return sym.pyname
 

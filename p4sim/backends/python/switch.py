@@ -29,6 +29,9 @@ MAX_PASSES = 8                  # ingress passes per packet (resubmit + recircul
 MAX_E2E_DEPTH = 4               # egress clones of egress clones
 
 
+PARSER_INVALID_ARGUMENT = 6     # error.ParserInvalidArgument in BMv2's numbering (checker.CORE_ERRORS)
+
+
 class Reject(Exception):
     """The parser stops: extract past the end, verify(false), select without a match."""
 
@@ -54,6 +57,10 @@ class PacketIn:
         self.off = 0
 
     def advance(self, bits: int) -> None:
+        # BMv2 (ParserOpAdvance): a count of bits that is not whole bytes is
+        # ParserInvalidArgument, checked before the packet's length.
+        if bits & 7:
+            raise Reject(PARSER_INVALID_ARGUMENT)
         end = self.off + (bits >> 3)
         if end > len(self.data):
             raise Reject(1)
@@ -167,9 +174,11 @@ class PythonSwitch:
     """One v1model switch. process() is the data plane; state is the control plane's view."""
 
     def __init__(self, program: Program | None = None, cpu_port: int | None = None, trace: bool = False,
-                 on_digest: Callable[[str, tuple], None] | None = None, seed: int | None = None) -> None:
+                 on_digest: Callable[[str, tuple], None] | None = None, seed: int | None = None,
+                 optimize: bool = True) -> None:
         self.cpu_port = cpu_port
         self.trace = trace
+        self.optimize = optimize        # False: the plain twin of the generated code (codegen's CodeGen)
         self.on_digest = on_digest
         self.lock = threading.RLock()
         self.stats = {"rx": 0, "tx": 0, "dropped": 0, "malformed": 0, "errors": 0}
@@ -184,7 +193,7 @@ class PythonSwitch:
         if not isinstance(program, Program):
             raise TypeError(f"Switch runs a p4sim.Program (from compile_file), not {type(program).__name__}")
         with self.lock:
-            cc, code = python_code(program, self.trace)
+            cc, code = python_code(program, self.trace, self.optimize)
             state = SwitchState(program.info)
             pk = PacketContext()
             ns: dict[str, Any] = {      # the generated module's free names (see codegen.py)

@@ -1,18 +1,14 @@
-"""The switch's data-plane ports: one raw AF_PACKET socket per `-i PORT@IFACE`, the packet
-loop that feeds Switch.process, and BMv2-style per-port pcap files (IFACE_in/out.pcap).
-Optionally a slow target (SlowMode): a bounded packet rate, a bounded queue that drops
-when full, and added latency, so hosts can be tested against a switch as slow as BMv2.
+"""The Python packet loop (backend python): one raw socket per port, a loop that feeds
+Switch.process frame by frame, BMv2-style per-port pcap files (IFACE_in/out.pcap), and the
+slow target served by Python threads. dataplane.c does the same in C for the C backend.
 """
 from __future__ import annotations
 
-import fcntl
-import logging
 import collections
-import os
+import logging
 import queue
 import select
 import socket
-import struct
 import threading
 import time
 from dataclasses import dataclass
@@ -20,73 +16,14 @@ from typing import Callable
 
 from scapy.utils import RawPcapWriter
 
-log = logging.getLogger(__name__)
+from .ports import DataplaneError, open_port_socket, pcap_paths
+from .slow import MAX_LAG_SERVICES, STATS_EVERY_S, SlowMode, SlowStats
 
-ETH_P_ALL = 0x0003
-SOL_PACKET = 263
-PACKET_ADD_MEMBERSHIP = 1
-PACKET_MR_PROMISC = 1
-SIOCGIFFLAGS, SIOCSIFFLAGS = 0x8913, 0x8914
-IFF_UP = 0x1
+log = logging.getLogger("p4sim.dataplane")
+
 LINKTYPE_ETHERNET = 1
 MAX_FRAME = 65535 + 64
 POLL_S = 0.2        # how often the loop looks at the stop flag when no packet arrives
-STATS_EVERY_S = 1.0  # a slow target logs its counts at most this often (and when it stops)
-# How far a slow target may run behind its schedule and then catch up at full speed: a late
-# wake-up from sleep is made up (the average rate stays exact), a long stall is not (no burst).
-MAX_LAG_SERVICES = 4
-
-
-@dataclass(frozen=True)
-class SlowMode:
-    """A switch slower than p4sim: the pipeline serves at most `pps` packets a second (each
-    received packet takes 1/pps, whatever it emits), at most `queue_depth` packets wait for
-    it (more are dropped and counted, as BMv2 drops when its input buffer is full), and
-    everything the switch sends leaves `latency_s` later."""
-    pps: float
-    queue_depth: int
-    latency_s: float = 0.0
-
-    def __post_init__(self) -> None:
-        if not self.pps > 0 or self.queue_depth < 1 or self.latency_s < 0:
-            raise ValueError(f"a slow target needs pps > 0, queue >= 1 and latency >= 0, not {self.pps:g} pps, "
-                             f"queue {self.queue_depth}, latency {self.latency_s * 1e6:g} us")
-
-    @property
-    def service_s(self) -> float:
-        return 1.0 / self.pps
-
-
-# BMv2 1.15.0's default build measured on this project's 2 cores: 8.5-9.5k packets/s forwarded,
-# a 99-326 us round trip; its simple_switch input buffer holds 1024 packets. "bmv2-tenth" is a
-# tenth of that speed (ten times the latency): a slower switch, or a busy host.
-SLOW_PRESETS = {"bmv2": SlowMode(pps=8500, queue_depth=1024, latency_s=100e-6),
-                "bmv2-tenth": SlowMode(pps=850, queue_depth=1024, latency_s=1e-3)}
-
-
-@dataclass
-class SlowStats:
-    """What a slow target did: packets received, served by the pipeline, dropped on a full queue."""
-    received: int = 0
-    served: int = 0
-    queue_drops: int = 0
-    max_queued: int = 0
-
-    def __str__(self) -> str:
-        return (f"slow target: {self.received} packets received, {self.served} served, "
-                f"{self.queue_drops} dropped (queue full), at most {self.max_queued} queued")
-
-
-class DataplaneError(Exception):
-    """An interface that cannot be used (missing, no permission)."""
-
-
-def parse_interface(spec: str) -> tuple[int, str]:
-    """`PORT@IFACE` -> (port, iface), as simple_switch's `-i` takes it."""
-    port, sep, iface = spec.partition("@")
-    if not sep or not iface or not port.isdigit():
-        raise ValueError(f"expected PORT@IFACE (e.g. 1@veth1), got {spec!r}")
-    return int(port), iface
 
 
 @dataclass
@@ -233,34 +170,14 @@ class Dataplane:
 
     @staticmethod
     def _open(number: int, iface: str, pcap_dir: str | None) -> Port:
-        try:
-            sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
-        except PermissionError:
-            raise DataplaneError("raw sockets need root (or CAP_NET_RAW)") from None
-        try:
-            sock.bind((iface, 0))
-            _ensure_up(sock, iface)
-            # Promiscuous for as long as the socket is open, as BMv2 sets its ports.
-            mreq = struct.pack("iHH8s", socket.if_nametoindex(iface), PACKET_MR_PROMISC, 0, b"")
-            sock.setsockopt(SOL_PACKET, PACKET_ADD_MEMBERSHIP, mreq)
-        except OSError as err:
-            sock.close()
-            raise DataplaneError(f"cannot use interface {iface!r} for port {number}: {err.strerror or err}") from None
-        port = Port(number, iface, sock)
+        port = Port(number, iface, open_port_socket(number, iface))
         if pcap_dir is not None:
-            os.makedirs(pcap_dir, exist_ok=True)
-            port.pcap_in = RawPcapWriter(os.path.join(pcap_dir, f"{iface}_in.pcap"),
-                                         linktype=LINKTYPE_ETHERNET, sync=True)
-            port.pcap_out = RawPcapWriter(os.path.join(pcap_dir, f"{iface}_out.pcap"),
-                                          linktype=LINKTYPE_ETHERNET, sync=True)
+            try:
+                in_path, out_path = pcap_paths(pcap_dir, iface)
+                port.pcap_in = RawPcapWriter(in_path, linktype=LINKTYPE_ETHERNET, sync=True)
+                port.pcap_out = RawPcapWriter(out_path, linktype=LINKTYPE_ETHERNET, sync=True)
+            except OSError as err:
+                port.sock.close()
+                raise DataplaneError(f"cannot write pcap files for {iface}: {err.strerror or err}") from None
         log.info("port %d is %s", number, iface)
         return port
-
-
-def _ensure_up(sock: socket.socket, iface: str) -> None:
-    """Bring the interface up if it is down: a down port would silently pass nothing."""
-    ifreq = struct.pack("16sH22x", iface.encode(), 0)
-    flags = struct.unpack("16sH22x", fcntl.ioctl(sock, SIOCGIFFLAGS, ifreq))[1]
-    if not flags & IFF_UP:
-        log.info("bringing %s up", iface)
-        fcntl.ioctl(sock, SIOCSIFFLAGS, struct.pack("16sH22x", iface.encode(), flags | IFF_UP))

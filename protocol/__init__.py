@@ -1,0 +1,53 @@
+"""The INC protocol's numbers, in one place: the aggregator's address and ports, opcodes, flags,
+collectives, reduce ops, the switch's slot pool and the sizes of a packet (docs/protocol.md).
+
+`hosts` and `controller` both import them from here (neither may import the other), and
+p4src/allreduce.p4 declares the same values as P4 constants; tests/test_protocol.py checks
+that the program and this module agree.
+"""
+from __future__ import annotations
+
+# The aggregator: workers send UDP to AGG_IP:INC_PORT; results come back from it to each
+# worker's INC_PORT (unless the controller installed another port for a worker).
+INC_PORT = 48879                 # 0xBEEF
+RING_PORT = INC_PORT + 1         # the host ring baseline's host-to-host traffic, same format
+AGG_IP = "10.0.0.254"
+AGG_MAC = "02:00:00:00:00:fe"
+
+INC_VERSION = 1
+POOL_SIZE = 512                  # slots per version in the switch, shared by all jobs
+MAX_WORKERS = 32                 # the switch's contributor bitmap is 32 bits
+JOB_LEAF = 0x80                  # added to set_job's num_workers on a leaf of a hierarchical job
+
+OP_CONTRIB = 1                   # worker -> switch: one worker's chunk
+OP_RESULT = 2                    # switch -> worker: the chunk's result
+OP_RING = 3                      # ring baseline: one chunk of a step, host to host
+OP_RING_ACK = 4                  # ring baseline: the receiver has that chunk
+OP_JOIN = 5                      # worker -> switch, header only: counted, adds nothing
+OP_ACK = 6                       # switch -> worker, header only: the round is complete
+OPCODES = {OP_CONTRIB: "contrib", OP_RESULT: "result", OP_RING: "ring", OP_RING_ACK: "ring-ack",
+           OP_JOIN: "join", OP_ACK: "ack"}
+HEADER_ONLY = (OP_JOIN, OP_ACK)  # opcodes whose payload is the header alone
+
+# How the switch combines a slot's contributions (the header's reduce_op).
+REDUCE_SUM = 0
+REDUCE_MIN = 1
+REDUCE_MAX = 2
+REDUCE_OPS = {REDUCE_SUM: "sum", REDUCE_MIN: "min", REDUCE_MAX: "max"}
+
+# Who sends data and who gets it (the header's collective; its root names the worker).
+COLL_ALLREDUCE = 0               # all send, all get the result
+COLL_REDUCE = 1                  # all send, the root gets the result, the others an ACK
+COLL_BROADCAST = 2               # the root sends, the others JOIN; all get the root's chunk
+COLL_BARRIER = 3                 # all JOIN, all get an ACK
+COLLECTIVES = {COLL_ALLREDUCE: "allreduce", COLL_REDUCE: "reduce", COLL_BROADCAST: "broadcast",
+               COLL_BARRIER: "barrier"}
+
+FLAG_OVERFLOW = 0x01             # some element did not fit, at a worker or in the switch's int32 add
+FLAG_RESENT = 0x02               # a stored result sent again to one worker
+FLAG_PARTIAL = 0x04              # between switches only: a leaf's partial sum, or a result for leaves
+FLAG_RETRANSMIT = 0x08           # a contribution sent again; a result whose round had one
+
+# Sizes. A packet is Ethernet / IPv4 (no options) / UDP / the INC header / K int32 elements.
+HEADER_SIZE = 16                 # the INC header
+DEFAULT_ELEMENTS_PER_PACKET = 32  # K: allreduce.p4's INC_K (tests check)
