@@ -27,6 +27,7 @@ from typing import Any, Callable, Iterator
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
+from hosts.args import unwritable
 from p4sim import P4Error, Switch, compile_file
 from p4sim.cbuild import BuildError
 from p4sim.dataplane import CDataplane, Dataplane
@@ -34,7 +35,7 @@ from p4sim.dataplane.traffic import (Blast, StubPipeline, TrafficSocket, VethLab
                                      veth_lab)
 
 from . import p4sim as in_process
-from .environment import describe_environment, unwritable
+from .environment import describe_environment
 
 log = logging.getLogger("bench.dataplane")
 ROOT = Path(__file__).resolve().parent.parent
