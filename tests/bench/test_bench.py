@@ -16,14 +16,16 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.mark.parametrize("workload, outputs_per_packet", [("ipv4_router", 1), ("allreduce", 1)])
 def test_p4sim_bench_counts_every_packet_and_output(tmp_path, workload, outputs_per_packet):
     out = tmp_path / "p4sim.json"
-    assert p4sim.main(["--packets", "400", "--workload", workload, "-o", str(out)]) == 0
-    (result,) = json.loads(out.read_text())["results"]
-    # The router forwards each packet; every 4th contribution completes a round and is
-    # multicast to all 4 workers, so the aggregation path also emits one packet per packet in.
-    assert result["packets"] == 400 and result["outputs"] == 400 * outputs_per_packet
-    # The rate is the count over the measured time, not a number that merely came out positive.
-    assert result["stats"]["errors"] == 0 and result["seconds"] > 0
-    assert result["packets_per_s"] == pytest.approx(400 / result["seconds"])
+    assert p4sim.main(["--packets", "400", "--c-packets", "800", "--workload", workload, "-o", str(out)]) == 0
+    results = json.loads(out.read_text())["results"]
+    assert [r["backend"] for r in results] == ["python", "c"]
+    for result, packets in zip(results, (400, 800)):
+        # The router forwards each packet; every 4th contribution completes a round and is
+        # multicast to all 4 workers, so the aggregation path also emits one packet per packet in.
+        assert result["packets"] == packets and result["outputs"] == packets * outputs_per_packet
+        # The rate is the count over the measured time, not a number that merely came out positive.
+        assert result["stats"]["errors"] == 0 and result["seconds"] > 0
+        assert result["packets_per_s"] == pytest.approx(packets / result["seconds"])
 
 
 def test_host_bench_gets_the_tensor_back_over_both_transports(tmp_path):
@@ -36,7 +38,11 @@ def test_host_bench_gets_the_tensor_back_over_both_transports(tmp_path):
     for r in results.values():
         assert r["seconds"] > 0 and r["packets_per_s"] == pytest.approx(188 / r["seconds"])
         assert r["tensor_MB_per_s"] == pytest.approx(2 * 3000 * 4 / r["seconds"] / 1e6)
-        assert r["small_call_s"] > 0 and r["small_cpu_per_call_s"] > 0
+        assert r["small_bytes"] == 256 and r["small_call_s"] > 0 and r["small_cpu_per_call_s"] > 0
+    for name in ("udp_loopback/python", "udp_loopback/c"):     # a call over the echo's bare round trip
+        assert results[name]["small_call_over_rtt"] == pytest.approx(
+            results[name]["small_call_s"] / results[name]["echo_rtt_s"])
+
 
 def test_bench_refuses_bad_arguments_with_usage():
     for args in (["--workers", "9"], ["--sizes", "2"], ["--sizes", "x"], ["--window", "0"], ["--reps-large", "0"]):
