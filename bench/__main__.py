@@ -26,7 +26,7 @@ from tqdm import tqdm
 
 from hosts.args import unwritable
 from hosts.engine import ENGINES
-from hosts.inc import INC_K
+from hosts.inc import INC_K, MAX_WINDOW
 from topologies.fabric import Fabric, FabricError, FabricOptions
 from topologies.pieces import DEFAULT_PROGRAM, PieceError, compile_program, setup_controller
 from topologies.spec import TopologyError, star
@@ -251,8 +251,8 @@ def check_trial_options(ap: argparse.ArgumentParser, args: argparse.Namespace, w
     """Worker counts, repetitions and add_trial_options' values, or argparse's one-line error."""
     if any(not 2 <= n <= 8 for n in workers) or args.reps < 1 or args.reps_large < 1:
         ap.error("--workers must be 2..8 and --reps and --reps-large at least 1")
-    if not 1 <= args.window < 1 << 15 or not 0 < args.timeout < math.inf or not 0 < args.trial_timeout < math.inf:
-        ap.error("--window must be 1..32767 and --timeout and --trial-timeout positive")
+    if not 1 <= args.window <= MAX_WINDOW or not 0 < args.timeout < math.inf or not 0 < args.trial_timeout < math.inf:
+        ap.error(f"--window must be 1..{MAX_WINDOW} and --timeout and --trial-timeout positive")
 
 
 def build_parser() -> argparse.ArgumentParser:

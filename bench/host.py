@@ -27,7 +27,7 @@ import numpy as np
 
 from hosts.agent import JobConfig, Worker
 from hosts.args import unwritable
-from hosts.inc import INC_K, OP_RESULT
+from hosts.inc import INC_K, MAX_WINDOW, OP_RESULT
 from hosts.transport import UdpTransport
 
 from .environment import describe_environment
@@ -129,8 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.elements < 1 or args.calls < 1 or args.small < 4 or args.small_calls < 1:
         ap.error("--elements, --calls and --small-calls must be at least 1 and --small at least 4")
-    if not 1 <= args.window < 1 << 15:
-        ap.error(f"--window must be 1..32767 slots, not {args.window}")
+    if not 1 <= args.window <= MAX_WINDOW:
+        ap.error(f"--window must be 1..{MAX_WINDOW} slots, not {args.window}")
     if not 0 <= args.port < 1 << 16:
         ap.error(f"--port must be 0..65535, not {args.port}")
     if (why := unwritable(args.out)) is not None:

@@ -23,8 +23,9 @@ import numpy as np
 
 from hosts import engine, numerics, quantize
 from hosts.inc import (COLL_ALLREDUCE, COLL_BARRIER, COLL_BROADCAST, COLL_REDUCE, FLAG_OVERFLOW, FLAG_RETRANSMIT,
-                       INC_K, MAX_WORKERS, OP_ACK, OP_CONTRIB, OP_JOIN, OP_RESULT, REDUCE_SUM, IncFormatError,
-                       IncHeader, check_elements_per_packet, elements_view, pack_header, unpack_header, with_flags)
+                       INC_K, MAX_WINDOW, MAX_WORKERS, OP_ACK, OP_CONTRIB, OP_JOIN, OP_RESULT, REDUCE_SUM,
+                       IncFormatError, IncHeader, check_elements_per_packet, elements_view, pack_header, unpack_header,
+                       with_flags)
 from hosts.pacing import CongestionWindow, RtoEstimator
 from hosts.transport import Transport, UdpTransport
 
@@ -81,8 +82,8 @@ class JobConfig:
             raise ValueError(f"worker_id must be 0..{self.num_workers - 1}, not {self.worker_id}")
         if not 0 <= self.job_id < 1 << 16:
             raise ValueError(f"job_id must be 0..65535, not {self.job_id}")
-        if not 1 <= self.window < 1 << 15:
-            raise ValueError(f"window must be 1..32767 slots, not {self.window}")
+        if not 1 <= self.window <= MAX_WINDOW:
+            raise ValueError(f"window must be 1..{MAX_WINDOW} slots, not {self.window}")
         if not 0 < self.min_rto <= self.max_rto or self.timeout <= 0:
             raise ValueError(f"need timeout > 0 and 0 < min_rto <= max_rto, not {self.timeout}, "
                              f"{self.min_rto} and {self.max_rto}")

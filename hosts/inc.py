@@ -27,7 +27,11 @@ ELEMENT_BYTES = 4 * INC_K
 PAYLOAD_SIZE = HEADER_SIZE + ELEMENT_BYTES    # the UDP payload of every INC packet but JOIN and ACK
 
 
+# The header's field widths bound a job. The layout itself is written out in three places that
+# tests prove byte-identical: the Scapy layer (Inc), pack_header/unpack_header here, and
+# header_pack/header_unpack in hosts/engine/net.c.
 MAX_ELEMENTS = 255               # the header's count is one byte: K per job is 1..255
+MAX_WINDOW = (1 << 15) - 1       # the header's slot has 15 bits: a job's slots (its window) are 1..32767
 
 
 class IncFormatError(ValueError):

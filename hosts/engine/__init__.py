@@ -14,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
+import protocol
+from hosts import quantize
 from hosts.numerics import BFLOAT16
 from p4sim.cbuild import Built, BuildError, build
 
@@ -23,6 +25,12 @@ HERE = Path(__file__).resolve().parent
 SOURCES = ("engine.h", "internal.h", "pacing.c", "numerics.c", "net.c", "inc.c", "ring.c")
 ENGINES = ("c", "python")
 DTYPES = {np.dtype(np.int32): 0, np.dtype(np.float32): 1, np.dtype(np.float16): 2, BFLOAT16: 3}
+# The numbers C shares with Python, passed as -D flags (internal.h): one home for each.
+DEFINES = {"INC_VERSION": protocol.INC_VERSION, "INC_HEADER_SIZE": protocol.HEADER_SIZE,
+           **{name: getattr(protocol, name) for name in (
+               "OP_CONTRIB", "OP_RESULT", "OP_RING", "OP_RING_ACK", "OP_JOIN", "OP_ACK", "FLAG_OVERFLOW",
+               "FLAG_RETRANSMIT", "COLL_BROADCAST", "COLL_BARRIER")},
+           **{name: getattr(quantize, name) for name in ("EXPONENT_MIN", "EXPONENT_MAX", "WIRE_BITS")}}
 
 __all__ = ["BuildError", "ENGINES", "DTYPES", "library", "unavailable", "address"]
 
@@ -31,7 +39,8 @@ __all__ = ["BuildError", "ENGINES", "DTYPES", "library", "unavailable", "address
 def library() -> Built:
     """The engine, built (or found in the cache) and loaded once per process."""
     sources = {name: (HERE / name).read_text() for name in SOURCES}
-    return build("hosts-engine", sources, sources["engine.h"])
+    flags = tuple(f"-D{name}=({value})" for name, value in DEFINES.items())
+    return build("hosts-engine", sources, sources["engine.h"], flags)
 
 
 @functools.lru_cache(maxsize=1)

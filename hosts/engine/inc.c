@@ -507,7 +507,7 @@ int inc_run(inc_engine *e, inc_call *c)
     size_t packet = (size_t)(INC_HEADER_SIZE + 4 * t.k);
     if (e->receive == NULL) {
         recv_batch *in = malloc(sizeof *in);
-        if (in == NULL || recv_init(in) != 0) {
+        if (in == NULL || recv_init(in, packet) != 0) {
             free(in);
             c->status = ENG_NO_MEMORY;
             return c->status;

@@ -10,26 +10,13 @@
 
 #include "engine.h"
 
-/* docs/protocol.md: the header, its opcodes and flags (hosts/inc.py defines them for Python) */
-#define INC_HEADER_SIZE 16
-#define INC_VERSION 1
-#define OP_CONTRIB 1
-#define OP_RESULT 2
-#define OP_RING 3
-#define OP_RING_ACK 4
-#define OP_JOIN 5
-#define OP_ACK 6
-#define FLAG_OVERFLOW 0x01
-#define FLAG_RETRANSMIT 0x08
-#define COLL_BROADCAST 2
-#define COLL_BARRIER 3
+/* The protocol's numbers (protocol/: INC_VERSION, INC_HEADER_SIZE, OP_*, FLAG_*, COLL_*) and
+   hosts/quantize.py's (EXPONENT_MIN, EXPONENT_MAX, WIRE_BITS) come from Python as -D flags
+   (hosts/engine/__init__.py: DEFINES), so C has no copy of them to fall out of step. */
+#ifndef INC_VERSION
+#error "build the engine through hosts/engine/__init__.py, which passes the protocol's constants"
+#endif
 
-/* hosts/quantize.py */
-#define EXPONENT_MIN (-128)
-#define EXPONENT_MAX 127
-#define WIRE_BITS 30
-
-#define RECV_BUFFER 2048             /* bytes per datagram read, as hosts/transport.py's recvfrom */
 #define BATCH 64                     /* datagrams per sendmmsg / recvmmsg */
 #define SEND_PATIENCE_S 0.05         /* hosts/transport.py: a refused send waits this long, then is lost */
 
@@ -70,12 +57,13 @@ typedef struct {
     struct mmsghdr msgs[BATCH];
     struct iovec iov[BATCH];
     struct sockaddr_in names[BATCH];
-    uint8_t *buffers;                /* BATCH * RECV_BUFFER */
+    uint8_t *buffers;                /* BATCH * size */
+    size_t size;                     /* bytes per datagram read: a whole packet of the job's K */
 } recv_batch;
 
 void batch_add(send_batch *b, const uint8_t *data, size_t len, const struct sockaddr_in *to);
 void batch_flush(send_batch *b);
-int recv_init(recv_batch *r);
+int recv_init(recv_batch *r, size_t size);
 void recv_free(recv_batch *r);
 /* Up to BATCH datagrams, waiting at most `timeout` seconds (0: only what is there) for the first;
    wake_fd (or -1) ends the wait early when readable. Returns how many, or -1 if interrupted.

@@ -127,13 +127,15 @@ void batch_flush(send_batch *b)
     b->count = 0;
 }
 
-int recv_init(recv_batch *r)
+/* A longer datagram is cut to `size` bytes: only a job's own packets matter, and they fit. */
+int recv_init(recv_batch *r, size_t size)
 {
-    r->buffers = malloc((size_t)BATCH * RECV_BUFFER);
+    r->size = size;
+    r->buffers = malloc(BATCH * size);
     if (r->buffers == NULL)
         return -1;
     for (int i = 0; i < BATCH; i++) {
-        r->iov[i] = (struct iovec){.iov_base = r->buffers + (size_t)i * RECV_BUFFER, .iov_len = RECV_BUFFER};
+        r->iov[i] = (struct iovec){.iov_base = r->buffers + (size_t)i * size, .iov_len = size};
         r->msgs[i] = (struct mmsghdr){.msg_hdr = {.msg_name = &r->names[i], .msg_namelen = sizeof r->names[i],
                                                   .msg_iov = &r->iov[i], .msg_iovlen = 1}};
     }
@@ -174,5 +176,5 @@ const uint8_t *recv_data(const recv_batch *r, int i, int *len, const struct sock
 {
     *len = (int)r->msgs[i].msg_len;
     *from = &r->names[i];
-    return r->buffers + (size_t)i * RECV_BUFFER;
+    return r->buffers + (size_t)i * r->size;
 }

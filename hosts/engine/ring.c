@@ -469,7 +469,7 @@ ring_engine *ring_new(const ring_config *cfg, char *error, int error_size)
     r->present = calloc((size_t)r->recv_cap, 1);
     r->ack_payload = malloc((size_t)r->packet);
     if (!r->peers || !r->unacked || !r->payloads || !r->free_payloads || !r->rows || !r->present
-            || !r->ack_payload || recv_init(&r->in) || recv_init(&r->service_in)) {
+            || !r->ack_payload || recv_init(&r->in, (size_t)r->packet) || recv_init(&r->service_in, (size_t)r->packet)) {
         snprintf(error, (size_t)error_size, "no memory");
         ring_free(r);
         return NULL;

@@ -2,6 +2,8 @@
 exactly the bytes the Scapy layer builds."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from scapy.layers.inet import IP, UDP
@@ -9,12 +11,13 @@ from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
 from hosts.inc import (AGG_IP, COLL_BARRIER, COLL_BROADCAST, COLL_REDUCE, OP_ACK, OP_JOIN, FLAG_OVERFLOW, FLAG_RESENT, HEADER_SIZE, INC_K, INC_PORT, OP_CONTRIB,
-                       OP_RESULT, PAYLOAD_SIZE, REDUCE_MAX, REDUCE_MIN, MAX_ELEMENTS, Inc, IncFormatError, IncHeader,
-                       inc_layer, pack, payload_size, unpack)
+                       OP_RESULT, PAYLOAD_SIZE, REDUCE_MAX, REDUCE_MIN, MAX_ELEMENTS, MAX_WINDOW, Inc, IncFormatError,
+                       IncHeader, inc_layer, pack, payload_size, unpack)
+from hosts.agent import JobConfig
 
 HEADERS = [
     IncHeader(opcode=OP_CONTRIB, job_id=1, worker_id=0, count=1, slot=0, pool_version=0, seq=0),
-    IncHeader(opcode=OP_RESULT, job_id=0xFFFF, worker_id=31, count=INC_K, slot=0x7FFF, pool_version=1,
+    IncHeader(opcode=OP_RESULT, job_id=0xFFFF, worker_id=31, count=INC_K, slot=MAX_WINDOW, pool_version=1,
               seq=0xFFFFFFFF, flags=FLAG_OVERFLOW | FLAG_RESENT, exponent=-128, need=127),
     IncHeader(opcode=OP_CONTRIB, job_id=7, worker_id=3, count=17, slot=300, pool_version=1, seq=123456,
               exponent=5, need=-3),
@@ -120,9 +123,19 @@ def test_a_job_s_own_k_packs_as_its_scapy_layer_builds_and_reads_back(k: int) ->
         pack(header, np.zeros(k + 1, np.int32), k)
     with pytest.raises(IncFormatError):
         unpack(raw[:-1], k)
+    full = replace(header, count=k)                        # every count the job can have fits the field
+    raw = pack(full, np.arange(k, dtype=np.int32), k)
+    assert raw == bytes(_scapy(full, list(range(k)), inc_layer(k))) and unpack(raw, k)[0] == full
 
 
 def test_elements_per_packet_beyond_the_count_byte_is_refused() -> None:
     for k in (0, MAX_ELEMENTS + 1):
         with pytest.raises(ValueError, match="elements per packet must be 1..255"):
             inc_layer(k)
+
+
+def test_a_window_beyond_the_slot_field_is_refused() -> None:
+    assert JobConfig(1, 0, 2, window=MAX_WINDOW).window == MAX_WINDOW     # the widest slot still packs (HEADERS)
+    for window in (0, MAX_WINDOW + 1):
+        with pytest.raises(ValueError, match=f"window must be 1..{MAX_WINDOW} slots"):
+            JobConfig(1, 0, 2, window=window)
