@@ -32,7 +32,7 @@ DEFINES = {"INC_VERSION": protocol.INC_VERSION, "INC_HEADER_SIZE": protocol.HEAD
                "FLAG_RETRANSMIT", "COLL_BROADCAST", "COLL_BARRIER")},
            **{name: getattr(quantize, name) for name in ("EXPONENT_MIN", "EXPONENT_MAX", "WIRE_BITS")}}
 
-__all__ = ["BuildError", "ENGINES", "DTYPES", "library", "unavailable", "address"]
+__all__ = ["BuildError", "ENGINES", "DTYPES", "DEFINES", "library", "unavailable", "address"]
 
 
 @functools.lru_cache(maxsize=1)
