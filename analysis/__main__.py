@@ -107,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
                           for n, h in held_out.items()},
         "points": _points(runs),
         "measured_speedup": {b: _measured_speedups(runs, b) for b in BASELINES},
+        "measured_cpu_ratio": {b: _cpu_ratios(runs, b) for b in BASELINES},
         "described_fabric": asdict(real),
         "predicted_speedup": {
             str(n): {str(s): predict(real, "ring", n, s) / predict(real, "inc", n, s) for s in PREDICTED_SIZES}
@@ -126,6 +127,10 @@ def main(argv: list[str] | None = None) -> int:
         for n, by_size in by_n.items():
             log.info("N=%s measured INC speedup over %s: %s", n, baseline,
                      ", ".join(f"{s} B x{v:.2f}" for s, v in by_size.items()))
+    for baseline, by_n in summary["measured_cpu_ratio"].items():
+        for n, by_size in by_n.items():
+            log.info("N=%s host CPU per call, INC / %s: %s", n, baseline,
+                     ", ".join(f"{s} B {v:.2f}" for s, v in by_size.items()))
     log.info("wrote %s", ", ".join(str(out / f) for f in ("completion_time.png", "speedup.png",
                                                           "fabric_speedup.png", "model.json", "results.md")))
     return 0
@@ -159,7 +164,8 @@ def _fixed_cost(fabric: Fabric, workers: list[int]) -> dict:
 
 def _points(runs: list[dict]) -> list[dict]:
     return [{"algorithm": r["algorithm"], "workers": r["workers"], "bytes": r["bytes"], "reps": len(r["times_s"]),
-             "median_s": float(np.median(r["times_s"])), "p99_s": float(np.percentile(r["times_s"], 99))}
+             "median_s": float(np.median(r["times_s"])), "p99_s": float(np.percentile(r["times_s"], 99)),
+             **({"cpu_per_call_s": float(np.median(r["cpu_s"]))} if "cpu_s" in r else {})}
             for r in sorted(runs, key=lambda r: (r["workers"], r["bytes"], r["algorithm"]))]
 
 
@@ -169,6 +175,16 @@ def _measured_speedups(runs: list[dict], baseline: str) -> dict[str, dict[str, f
     for (alg, n, s), t in sorted(med.items(), key=lambda kv: (kv[0][1], kv[0][2])):
         if alg == "inc" and (baseline, n, s) in med:
             result.setdefault(str(n), {})[str(s)] = med[(baseline, n, s)] / t
+    return result
+
+
+def _cpu_ratios(runs: list[dict], baseline: str) -> dict[str, dict[str, float]]:
+    """INC's host CPU per call over the baseline's (medians; < 1: INC leaves the hosts more free)."""
+    cpu = {(r["algorithm"], r["workers"], r["bytes"]): float(np.median(r["cpu_s"])) for r in runs if "cpu_s" in r}
+    result: dict[str, dict[str, float]] = {}
+    for (alg, n, s), c in sorted(cpu.items(), key=lambda kv: (kv[0][1], kv[0][2])):
+        if alg == "inc" and cpu.get((baseline, n, s)):
+            result.setdefault(str(n), {})[str(s)] = c / cpu[(baseline, n, s)]
     return result
 
 

@@ -28,10 +28,15 @@ def _by(runs: list[dict], algorithm: str, workers: int) -> list[dict]:
 
 def completion_times(runs: list[dict], fabric: Fabric, out: Path) -> None:
     """Time vs message size per worker count: measured medians (bars: 25th percentile to
-    p99) for INC, ring and MPI, and the model's lines for INC and ring."""
+    p99) for INC, ring and MPI, and the model's lines for INC and ring; below, where the bench
+    measured it, the host CPU each call cost (all workers' user + system time, summed)."""
     workers = sorted({r["workers"] for r in runs})
-    fig, axes = plt.subplots(1, len(workers), figsize=(5 * len(workers), 4), squeeze=False)
+    with_cpu = any("cpu_s" in r for r in runs)
+    fig, axes = plt.subplots(2 if with_cpu else 1, len(workers), figsize=(5 * len(workers), 8 if with_cpu else 4),
+                             squeeze=False)
     grid = _sizes(runs)
+    if with_cpu:
+        host_cpu(runs, axes[1], workers)
     for ax, n in zip(axes[0], workers):
         for alg in ("inc", "ring", "mpi"):
             pts = _by(runs, alg, n)
@@ -51,6 +56,23 @@ def completion_times(runs: list[dict], fabric: Fabric, out: Path) -> None:
     fig.tight_layout()
     fig.savefig(out)
     plt.close(fig)
+
+
+def host_cpu(runs: list[dict], axes: np.ndarray, workers: list[int]) -> None:
+    """CPU seconds per call vs message size, one axis per worker count: medians, bars from the
+    25th to the 75th percentile."""
+    for ax, n in zip(axes, workers):
+        for alg in ("inc", "ring", "mpi"):
+            pts = [r for r in _by(runs, alg, n) if "cpu_s" in r]
+            if not pts:
+                continue
+            q = np.array([np.percentile(r["cpu_s"], [25, 50, 75]) for r in pts])
+            ax.errorbar([r["bytes"] for r in pts], q[:, 1], yerr=[q[:, 1] - q[:, 0], q[:, 2] - q[:, 1]], fmt="s-",
+                        capsize=2, color=COLOURS[alg], label=LABELS[alg])
+        ax.set(xscale="log", yscale="log", title=f"N = {n}: host CPU per call, all workers (median)",
+               xlabel="message size per worker (bytes)", ylabel="user + system CPU (s)")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize="small")
 
 
 def speedups(runs: list[dict], fabric: Fabric, out: Path) -> None:

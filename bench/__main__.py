@@ -25,12 +25,13 @@ import numpy as np
 from tqdm import tqdm
 
 from hosts.args import unwritable
-from hosts.inc import INC_K
+from hosts.engine import ENGINES
+from hosts.inc import INC_K, MAX_WINDOW
 from topologies.fabric import Fabric, FabricError, FabricOptions
 from topologies.pieces import DEFAULT_PROGRAM, PieceError, compile_program, setup_controller
 from topologies.spec import TopologyError, star
 
-from .budget import budget_table, call_budget, call_time, numeric_stats
+from .budget import budget_table, call_budget, call_cpu, call_time, numeric_stats
 from .environment import describe_environment
 from .mpi import ROOT_ENV, mpi_missing, mpirun_command, write_launcher
 
@@ -57,6 +58,7 @@ class Plan:
     timeout: float
     trial_timeout: float
     target: str
+    engine: str = "c"           # the INC and ring agents' engine (hosts/engine), the same for both
 
     def reps_for(self, size: int) -> int:
         return self.reps if size <= SMALL_BYTES else self.reps_large
@@ -74,7 +76,8 @@ class Trials:
         self.procs = [
             self._start(fabric, host, f"bench-{host}", [
                 sys.executable, "-m", "bench.worker", "--job-id", str(job.job_id), "--rank", str(rank),
-                "--peers", peers, "--window", str(plan.window), "--timeout", str(plan.timeout)])
+                "--peers", peers, "--window", str(plan.window), "--timeout", str(plan.timeout),
+                "--engine", plan.engine])
             for rank, host in enumerate(job.workers)]
         self.mpi: list[subprocess.Popen] = []
         if "mpi" in plan.algorithms:
@@ -151,12 +154,17 @@ class Trials:
         return f"exit code {proc.poll()}, {path}: {lines[-1] if lines else '(empty)'}"
 
 
-def summarise(times: list[float], skews: list[float]) -> dict:
-    """Median, p99 and quartiles of one point's times, the times themselves, and the median
-    spread of the ranks' starts (not part of the times)."""
-    return {"times_s": times, "median_s": float(np.median(times)), "p99_s": float(np.percentile(times, 99)),
-            "q25_s": float(np.percentile(times, 25)), "q75_s": float(np.percentile(times, 75)),
-            "start_skew_median_s": float(np.median(skews))}
+def summarise(times: list[float], skews: list[float], cpus: list[float | None]) -> dict:
+    """Median, p99 and quartiles of one point's times, the times themselves, the median
+    spread of the ranks' starts (not part of the times), and the host CPU per call: seconds
+    of user + system time all workers' processes spent in it, summed over workers (each call's,
+    and their median)."""
+    out = {"times_s": times, "median_s": float(np.median(times)), "p99_s": float(np.percentile(times, 99)),
+           "q25_s": float(np.percentile(times, 25)), "q75_s": float(np.percentile(times, 75)),
+           "start_skew_median_s": float(np.median(skews))}
+    if cpus and all(c is not None for c in cpus):
+        out |= {"cpu_s": cpus, "cpu_per_call_s": float(np.median(cpus))}
+    return out
 
 
 def set_up(fabric: Fabric, plan: Plan, options: FabricOptions) -> Trials:
@@ -172,6 +180,7 @@ def bench_workers(n: int, plan: Plan, options: FabricOptions, progress: tqdm) ->
     """All sizes and repetitions for one worker count, on a fresh star of n hosts."""
     times: dict[tuple[str, int], list[float]] = {}
     skews: dict[tuple[str, int], list[float]] = {}
+    cpus: dict[tuple[str, int], list[float | None]] = {}
     totals: dict[tuple[str, int], dict[str, float]] = {}
     k = len(plan.algorithms)
     with Fabric(star(n), options) as fabric:
@@ -184,10 +193,11 @@ def bench_workers(n: int, plan: Plan, options: FabricOptions, progress: tqdm) ->
                     seconds, replies = trials.run(algorithm, size, seed=rep + 1)
                     times.setdefault((algorithm, size), []).append(seconds)
                     skews.setdefault((algorithm, size), []).append(call_time(replies)[1])
+                    cpus.setdefault((algorithm, size), []).append(call_cpu(replies))
                     add_counts(totals.setdefault((algorithm, size), {}), replies)
                     progress.update()
         trials.close()
-    return [{"algorithm": alg, "workers": n, "bytes": size, **summarise(ts, skews[(alg, size)]),
+    return [{"algorithm": alg, "workers": n, "bytes": size, **summarise(ts, skews[(alg, size)], cpus[(alg, size)]),
              "agent_totals": totals[(alg, size)]}
             for (alg, size), ts in sorted(times.items(), key=lambda kv: (kv[0][1], kv[0][0]))]
 
@@ -233,14 +243,16 @@ def add_trial_options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--trial-timeout", type=float, default=600.0,
                     help="give up on a trial after this many seconds")
     ap.add_argument("--target", choices=("p4sim", "bmv2"), default=os.environ.get("TARGET", "p4sim"))
+    ap.add_argument("--engine", choices=ENGINES, default="c",
+                    help="the INC and ring agents' engine: c, compiled (default), or python, the reference")
 
 
 def check_trial_options(ap: argparse.ArgumentParser, args: argparse.Namespace, workers: list[int]) -> None:
     """Worker counts, repetitions and add_trial_options' values, or argparse's one-line error."""
     if any(not 2 <= n <= 8 for n in workers) or args.reps < 1 or args.reps_large < 1:
         ap.error("--workers must be 2..8 and --reps and --reps-large at least 1")
-    if not 1 <= args.window < 1 << 15 or not 0 < args.timeout < math.inf or not 0 < args.trial_timeout < math.inf:
-        ap.error("--window must be 1..32767 and --timeout and --trial-timeout positive")
+    if not 1 <= args.window <= MAX_WINDOW or not 0 < args.timeout < math.inf or not 0 < args.trial_timeout < math.inf:
+        ap.error(f"--window must be 1..{MAX_WINDOW} and --timeout and --trial-timeout positive")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -287,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     environment = describe_environment(args.target)
     plan = Plan(args.workers, args.sizes, args.reps, args.reps_large, tuple(args.algorithms), args.dtype,
-                args.window, args.timeout, args.trial_timeout, args.target)
+                args.window, args.timeout, args.trial_timeout, args.target, args.engine)
     options = FabricOptions(target=args.target, build_dir=ROOT / "build" / "bench")
     started = time.monotonic()
     total = (len(plan.workers) * plan.reps if args.budget
@@ -301,6 +313,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     config = {"payload_bytes": 4 * INC_K, "elements_per_packet": INC_K, "dtype": plan.dtype,
               "window": plan.window, "timeout_s": plan.timeout, "reps": plan.reps, "reps_large": plan.reps_large,
+              "engine": plan.engine,
               "algorithms": list(plan.algorithms), "workers": plan.workers, "sizes": plan.sizes,
               "duration_s": time.monotonic() - started,
               "command": "python -m bench " + " ".join(argv if argv is not None else sys.argv[1:])}

@@ -23,6 +23,13 @@ def call_time(replies: list[dict]) -> tuple[float, float]:
     return max(t["end"] for t in ranks) - last_start, last_start - min(t["start"] for t in ranks)
 
 
+def call_cpu(replies: list[dict]) -> float | None:
+    """CPU seconds (user + system, every thread) that all ranks' processes spent in the call,
+    summed over ranks; None if a rank did not measure it."""
+    cpu = [t.get("cpu_s") for r in replies for t in r.get("ranks", [r])]
+    return None if not cpu or any(c is None for c in cpu) else float(sum(cpu))
+
+
 def call_budget(workers: int, nbytes: int, calls: list[list[dict]], probes: list[float] | None = None) -> dict:
     """`calls[c][w]` is worker w's reply to call c: start, end and optional per-call `stats`;
     `probes` one INC packet's round trips through the same switch (seconds), if measured."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from hosts.agent import Worker
+from hosts.inc import INC_K
 from hosts.numerics import check_sum
 from hosts.ring import RingWorker
 from hosts.worker import generated_tensor
@@ -50,18 +51,19 @@ def call(collective: str, agent: Worker | RingWorker, array: np.ndarray) -> np.n
     return None
 
 
-def is_right(result: np.ndarray | None, trial: dict, rank: int, workers: int) -> bool:
-    """This rank's result against numpy: sums within docs/protocol.md's bound (the switch's,
-    or the hosts' for the ring, hosts.numerics), gathered and broadcast data bit for bit."""
+def is_right(result: np.ndarray | None, trial: dict, rank: int, workers: int, k: int = INC_K) -> bool:
+    """This rank's result against numpy: sums within docs/protocol.md's bound (the switch's for
+    chunks of `k` elements, or the hosts' for the ring, hosts.numerics), gathered and broadcast
+    data bit for bit."""
     collective = trial["collective"]
     inputs = [tensor(trial, w, workers) for w in range(workers)]
     on_hosts = trial["algorithm"] != "inc"
     if collective == "allreduce" or (collective == "reduce" and rank == ROOT):
-        return result is not None and check_sum(result, inputs, on_hosts).correct
+        return result is not None and check_sum(result, inputs, on_hosts, k=k).correct
     if collective == "reduce-scatter":
         part = inputs[0].size // workers
         return result is not None and check_sum(result, [x[rank * part:(rank + 1) * part] for x in inputs],
-                                                on_hosts).correct
+                                                on_hosts, k=k).correct
     if collective == "broadcast":
         return result is not None and _same_bits(result, inputs[ROOT])
     if collective == "all-gather":

@@ -26,7 +26,7 @@ from topologies.spec import TopologyError, star
 
 from .__main__ import (ROOT, BenchError, Plan, _sizes, add_counts, add_trial_options, check_trial_options, set_up,
                        summarise)
-from .budget import call_time
+from .budget import call_cpu, call_time
 from .calls import ROOT as COLLECTIVE_ROOT
 from .environment import describe_environment
 
@@ -48,6 +48,7 @@ def bench_collectives(plan: Plan, collectives: list[str], options: FabricOptions
     n = plan.workers[0]
     times: dict[tuple[str, str, int], list[float]] = {}
     skews: dict[tuple[str, str, int], list[float]] = {}
+    cpus: dict[tuple[str, str, int], list[float | None]] = {}
     checked: dict[tuple[str, str, int], int] = {}       # ranks' results found right by numpy
     totals: dict[tuple[str, str, int], dict[str, float]] = {}
     k = len(plan.algorithms)
@@ -63,11 +64,12 @@ def bench_collectives(plan: Plan, collectives: list[str], options: FabricOptions
                         key = (collective, algorithm, size)
                         times.setdefault(key, []).append(seconds)
                         skews.setdefault(key, []).append(call_time(replies)[1])
+                        cpus.setdefault(key, []).append(call_cpu(replies))
                         checked[key] = checked.get(key, 0) + sum(bool(r["ok"]) for r in replies)
                         add_counts(totals.setdefault(key, {}), replies)
                         progress.update()
         trials.close()
-    return [{"collective": c, "algorithm": a, "workers": n, "bytes": s, **summarise(ts, skews[(c, a, s)]),
+    return [{"collective": c, "algorithm": a, "workers": n, "bytes": s, **summarise(ts, skews[(c, a, s)], cpus[(c, a, s)]),
              "checked_results": checked[(c, a, s)], "agent_totals": totals[(c, a, s)]}
             for (c, a, s), ts in times.items()]
 
@@ -122,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     environment = describe_environment(args.target)
     sizes = args.sizes or DEFAULT_SIZES
     plan = Plan([args.workers], sizes, args.reps, args.reps_large, ("inc", "ring"), args.dtype,
-                args.window, args.timeout, args.trial_timeout, args.target)
+                args.window, args.timeout, args.trial_timeout, args.target, args.engine)
     options = FabricOptions(target=args.target, build_dir=ROOT / "build" / "bench")
     started, load_before = time.monotonic(), os.getloadavg()
     total = 2 * sum(plan.reps_for(s) for c in args.collectives for s in ([0] if c == "barrier" else sizes))
@@ -134,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     config = {"payload_bytes": 4 * INC_K, "elements_per_packet": INC_K, "dtype": plan.dtype,
               "window": plan.window, "timeout_s": plan.timeout, "reps": plan.reps, "reps_large": plan.reps_large,
+              "engine": plan.engine,
               "workers": args.workers, "sizes": sizes, "collectives": args.collectives, "root": COLLECTIVE_ROOT,
               "baselines": {c: BASELINES[c] for c in args.collectives},
               # The machine's 1, 5 and 15 minute load averages: other work on it slows both sides.

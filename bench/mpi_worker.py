@@ -44,12 +44,15 @@ def run_trial(comm: MPI.Comm, trial: dict) -> dict:
     tensor = generated_tensor(trial["seed"], comm.rank, size, trial["dtype"])
     result = np.empty_like(tensor)
     comm.Barrier()
+    cpu = time.process_time()        # user + system of every thread of the rank
     start = time.perf_counter()
     comm.Allreduce(tensor, result, op=MPI.SUM)
     end = time.perf_counter()
+    cpu = time.process_time() - cpu
     comm.Barrier()
     ok = sum_is_right(result, trial, comm.size)
-    return {"ok": ok, "start": start, "end": end, "error": None if ok else f"rank {comm.rank}: sum differs"}
+    return {"ok": ok, "start": start, "end": end, "cpu_s": cpu,
+            "error": None if ok else f"rank {comm.rank}: sum differs"}
 
 
 def main() -> int:
@@ -62,7 +65,7 @@ def main() -> int:
         if comm.rank == 0:
             bad = [r["error"] for r in replies if not r["ok"]]
             sys.stdout.write(json.dumps({"ok": not bad, "error": bad[0] if bad else None, "ranks": [
-                {"start": r["start"], "end": r["end"]} for r in replies]}) + "\n")
+                {"start": r["start"], "end": r["end"], "cpu_s": r["cpu_s"]} for r in replies]}) + "\n")
             sys.stdout.flush()
 
 

@@ -18,7 +18,8 @@ import time
 import numpy as np
 
 from hosts.agent import IncError, JobConfig, Worker
-from hosts.inc import OP_CONTRIB, OP_RESULT, RING_PORT, IncFormatError, IncHeader, pack, unpack_header
+from hosts.engine import ENGINES
+from hosts.inc import INC_K, OP_CONTRIB, OP_RESULT, RING_PORT, IncFormatError, IncHeader, pack, unpack_header
 from hosts.ring import RingConfig, RingWorker
 from hosts.transport import UdpPeerTransport, UdpTransport
 from hosts.worker import check_generated
@@ -41,16 +42,18 @@ def run_trial(trial: dict, rank: int, workers: int, inc: Worker, ring: RingWorke
     try:
         # A one-element INC AllReduce releases all hosts within one multicast of each other.
         inc.allreduce(np.zeros(1, np.int32))
+        cpu = time.process_time()        # user + system of every thread (the ring's service thread too)
         start = time.perf_counter()
         result = calls.call(trial["collective"], agent, tensor)
         end = time.perf_counter()
+        cpu = time.process_time() - cpu
         # Early finishers wait here for the last one: their check and reply must not take the
         # CPU from workers still in the call (the cores are shared).
         inc.allreduce(np.zeros(1, np.int32))
     except IncError as err:
         return {"ok": False, "error": f"{type(err).__name__}: {err}"}
-    ok = calls.is_right(result, trial, rank, workers)
-    return {"ok": ok, "start": start, "end": end, "error": None if ok else "result differs from numpy",
+    ok = calls.is_right(result, trial, rank, workers, inc.config.elements_per_packet)
+    return {"ok": ok, "start": start, "end": end, "cpu_s": cpu, "error": None if ok else "result differs from numpy",
             "stats": call_stats(agent)}
 
 
@@ -68,7 +71,7 @@ def probe_round_trip(inc: Worker, probing: bool, timeout: float = PROBE_TIMEOUT_
     cfg = inc.config
     seq = inc.next_seq - 1
     payload = pack(IncHeader(OP_CONTRIB, cfg.job_id, cfg.worker_id, 1, seq % cfg.window,
-                             (seq // cfg.window) % 2, seq & 0xFFFFFFFF), np.zeros(1, np.int32))
+                             (seq // cfg.window) % 2, seq & 0xFFFFFFFF), np.zeros(1, np.int32), cfg.elements_per_packet)
     start = time.perf_counter()
     inc.transport.send(payload)
     deadline = start + timeout
@@ -77,7 +80,7 @@ def probe_round_trip(inc: Worker, probing: bool, timeout: float = PROBE_TIMEOUT_
         if data is None:
             break
         try:
-            header = unpack_header(data)
+            header = unpack_header(data, cfg.elements_per_packet)
         except IncFormatError:
             continue
         if header.opcode == OP_RESULT and header.seq == seq & 0xFFFFFFFF:
@@ -109,14 +112,19 @@ def main(argv: list[str] | None = None) -> int:
                     help="comma-separated IPs of all workers in rank order (the ring's neighbours)")
     ap.add_argument("--window", type=int, default=16, help="slots / unacknowledged chunks in flight")
     ap.add_argument("--timeout", type=float, default=0.05, help="seconds before a chunk is resent")
+    ap.add_argument("--elements-per-packet", type=int, default=INC_K, metavar="K",
+                    help=f"elements per packet, INC's and the ring's alike (default {INC_K})")
+    ap.add_argument("--engine", choices=ENGINES, default="c",
+                    help="the agents' engine, INC's and the ring's alike (default c: compiled)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     peers = args.peers.split(",")
     n = len(peers)
     try:
-        inc = Worker(JobConfig(args.job_id, args.rank, n, window=args.window, timeout=args.timeout),
-                     UdpTransport())
-        ring = RingWorker(RingConfig(args.job_id, args.rank, n, window=args.window, timeout=args.timeout),
+        inc = Worker(JobConfig(args.job_id, args.rank, n, window=args.window, timeout=args.timeout,
+                               elements_per_packet=args.elements_per_packet, engine=args.engine), UdpTransport())
+        ring = RingWorker(RingConfig(args.job_id, args.rank, n, window=args.window, timeout=args.timeout,
+                                     elements_per_packet=args.elements_per_packet, engine=args.engine),
                           UdpPeerTransport([(ip, RING_PORT) for ip in peers]))
     except (ValueError, OSError) as err:
         ap.error(str(err))

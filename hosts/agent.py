@@ -5,25 +5,29 @@ switch's other collectives go the same way, told apart by the header's collectiv
 timers and window adapt to what it measures (hosts/pacing.py); it reports int32 overflow
 instead of returning a wrong sum, and each call's counts and times in `Worker.last_stats`.
 float16 and bfloat16 go the float32 way (block floating point) and are rounded back once.
+This module is the reference; on a kernel UDP socket the calls run in the compiled engine
+(hosts/engine), which sends the same packets.
 """
 from __future__ import annotations
 
 import functools
 import logging
 import math
+import os
 import time
 from collections import deque
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
-from hosts import numerics, quantize
-from hosts.inc import (COLL_ALLREDUCE, COLL_BARRIER, COLL_BROADCAST, COLL_REDUCE, ELEMENT_BYTES, FLAG_OVERFLOW,
-                       FLAG_RETRANSMIT, INC_K, MAX_WORKERS, OP_ACK, OP_CONTRIB, OP_JOIN, OP_RESULT, REDUCE_SUM,
-                       IncFormatError, IncHeader, elements_view, pack_header, unpack_header, with_flags)
+from hosts import engine, numerics, quantize
+from hosts.inc import (COLL_ALLREDUCE, COLL_BARRIER, COLL_BROADCAST, COLL_REDUCE, FLAG_OVERFLOW, FLAG_RETRANSMIT,
+                       INC_K, MAX_WINDOW, MAX_WORKERS, OP_ACK, OP_CONTRIB, OP_JOIN, OP_RESULT, REDUCE_SUM,
+                       IncFormatError, IncHeader, check_elements_per_packet, elements_view, pack_header, unpack_header,
+                       with_flags)
 from hosts.pacing import CongestionWindow, RtoEstimator
-from hosts.transport import Transport
+from hosts.transport import Transport, UdpTransport
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +70,10 @@ class JobConfig:
     give_up_after: float = 30.0  # seconds a chunk may wait for its result before IncTimeoutError
     exponent_slack: int = quantize.EXPONENT_SLACK   # floats: redo a chunk whose exponent was this much too big
     exponent_margin: int = 1     # float32: guess one binade above the exponent agreed for a neighbour
+    elements_per_packet: int = INC_K   # K: the job's elements per packet, as its switch program was built
+    # "c": the compiled engine (hosts/engine) on a kernel UDP socket, where it builds; "python":
+    # this module's own path (always, for other transports). Both send the same packets.
+    engine: str = "c"
 
     def __post_init__(self) -> None:
         if not 1 <= self.num_workers <= MAX_WORKERS:
@@ -74,8 +82,8 @@ class JobConfig:
             raise ValueError(f"worker_id must be 0..{self.num_workers - 1}, not {self.worker_id}")
         if not 0 <= self.job_id < 1 << 16:
             raise ValueError(f"job_id must be 0..65535, not {self.job_id}")
-        if not 1 <= self.window < 1 << 15:
-            raise ValueError(f"window must be 1..32767 slots, not {self.window}")
+        if not 1 <= self.window <= MAX_WINDOW:
+            raise ValueError(f"window must be 1..{MAX_WINDOW} slots, not {self.window}")
         if not 0 < self.min_rto <= self.max_rto or self.timeout <= 0:
             raise ValueError(f"need timeout > 0 and 0 < min_rto <= max_rto, not {self.timeout}, "
                              f"{self.min_rto} and {self.max_rto}")
@@ -83,6 +91,9 @@ class JobConfig:
             raise ValueError(f"give_up_after must be positive seconds, not {self.give_up_after}")
         if self.exponent_slack < 0 or self.exponent_margin < 0:
             raise ValueError("exponent_slack and exponent_margin must not be negative")
+        check_elements_per_packet(self.elements_per_packet)
+        if self.engine not in engine.ENGINES:
+            raise ValueError(f"engine must be one of {', '.join(engine.ENGINES)}, not {self.engine!r}")
 
 
 @dataclass
@@ -157,6 +168,10 @@ class Worker:
     _basis: np.ndarray | None = field(default=None, repr=False)   # last float call's agreed exponents
     # When the first result ever came: until then every peer may still be starting up.
     _live_since: float = field(default=math.inf, repr=False)
+    # The compiled engine, if this worker uses it: then it keeps the timers, the window, the
+    # last float call's exponents and the first result's time, and `rto` and `cwnd` are
+    # copies of its state, refreshed after each call.
+    _engine: "_IncEngine | None" = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         cfg = self.config
@@ -165,6 +180,13 @@ class Worker:
         # REORDER_THRESHOLD results after it): a window of 1 would turn every random loss into
         # a whole RTO of silence (at a tenth of BMv2's speed, 19 RTOs of ~0.2 s in one 64 KiB call).
         self.cwnd = CongestionWindow(cfg.window, minimum=min(cfg.window, REORDER_THRESHOLD + 1))
+        if cfg.engine == "c" and type(self.transport) is UdpTransport and engine.unavailable() is None:
+            self._engine = _IncEngine(self)
+
+    @property
+    def engine(self) -> str:
+        """Which engine this worker's calls run on: "c" or "python"."""
+        return "python" if self._engine is None else "c"
 
     def allreduce(self, array: np.ndarray, op: str = "sum") -> np.ndarray:
         """The element-wise sum (op "sum"), minimum ("min") or maximum ("max") of `array` over
@@ -176,14 +198,14 @@ class Worker:
         the data to the root and a header-only ACK to the others."""
         self._check_root(root)
         array = np.asarray(array)
-        result = self._reduce(array, op, COLL_REDUCE, np.full(-(-array.size // INC_K), root))
+        result = self._reduce(array, op, COLL_REDUCE, np.full(-(-array.size // self.config.elements_per_packet), root))
         return result if self.config.worker_id == root else None
 
     def reduce_scatter(self, array: np.ndarray, op: str = "sum") -> np.ndarray:
         """Worker w's 1/N of the reduced `array` (its first dimension a multiple of N): rows
         w*L/N .. (w+1)*L/N - 1. The switch sends each chunk's result to its owner alone."""
         array = np.asarray(array)
-        n, me = self.config.num_workers, self.config.worker_id
+        n, me, k = self.config.num_workers, self.config.worker_id, self.config.elements_per_packet
         if array.ndim == 0 or array.shape[0] % n:
             raise ValueError(f"reduce_scatter needs a first dimension divisible by {n}, not shape {array.shape}")
         out_shape = (array.shape[0] // n, *array.shape[1:])
@@ -191,8 +213,8 @@ class Worker:
         if part == 0:
             numerics.reduce_op(op, array.dtype)      # a bad op or dtype is refused all the same
             return np.zeros(out_shape, array.dtype)
-        per_block = -(-part // INC_K)        # chunks per worker's part: a chunk has one owner
-        padded = np.zeros((n, per_block * INC_K), array.dtype)
+        per_block = -(-part // k)            # chunks per worker's part: a chunk has one owner
+        padded = np.zeros((n, per_block * k), array.dtype)
         padded[:, :part] = array.reshape(n, part)
         result = self._reduce(padded.ravel(), op, COLL_REDUCE, np.repeat(np.arange(n), per_block))
         return result.reshape(n, -1)[me, :part].reshape(out_shape)
@@ -205,27 +227,26 @@ class Worker:
         words = numerics.as_words(array)
         if words.size == 0:
             return array.copy()
-        call = _GatherCall(self, words, np.full(-(-words.size // INC_K), root), COLL_BROADCAST)
-        return numerics.from_words(self._run(call), array)
+        roots = np.full(-(-words.size // self.config.elements_per_packet), root)
+        return numerics.from_words(self._gather(words, roots, COLL_BROADCAST), array)
 
     def all_gather(self, array: np.ndarray) -> np.ndarray:
         """Every worker's `array` (same shape and dtype on all), stacked in worker order:
         shape (N, *array.shape), bit for bit. Each worker sends only its own array."""
         array = np.ascontiguousarray(array)
-        n, me = self.config.num_workers, self.config.worker_id
+        n, me, k = self.config.num_workers, self.config.worker_id, self.config.elements_per_packet
         words = numerics.as_words(array)
         if words.size == 0:
             return np.zeros((n, *array.shape), array.dtype)
-        per_block = -(-words.size // INC_K)
-        placed = np.zeros((n, per_block * INC_K), np.int32)
+        per_block = -(-words.size // k)
+        placed = np.zeros((n, per_block * k), np.int32)
         placed[me, :words.size] = words
-        call = _GatherCall(self, placed.ravel(), np.repeat(np.arange(n), per_block), COLL_BROADCAST)
-        gathered = self._run(call).reshape(n, -1)
+        gathered = self._gather(placed.ravel(), np.repeat(np.arange(n), per_block), COLL_BROADCAST).reshape(n, -1)
         return np.stack([numerics.from_words(row[:words.size], array) for row in gathered])
 
     def barrier(self) -> None:
         """Returns once every worker has called it: one header-only JOIN each, one ACK back."""
-        self._run(_GatherCall(self, np.zeros(1, np.int32), np.zeros(1, np.int64), COLL_BARRIER))
+        self._gather(np.zeros(1, np.int32), np.zeros(1, np.int64), COLL_BARRIER)
 
     def _check_root(self, root: int) -> None:
         if not 0 <= root < self.config.num_workers:
@@ -235,12 +256,21 @@ class Worker:
         reduce_op = numerics.reduce_op(op, array.dtype)
         if array.size == 0:
             return array.copy()
+        if self._engine is not None:
+            kind = _ORDERED if reduce_op != REDUCE_SUM else _INT32 if array.dtype == np.int32 else _FLOAT
+            return self._engine.run(kind, array, roots, collective, reduce_op).reshape(array.shape)
         if reduce_op != REDUCE_SUM:
             call: _Call = _OrderedCall(self, array, reduce_op)
         else:
             call = (_Int32Call if array.dtype == np.int32 else _Float32Call)(self, array)
         call.collective, call.roots = collective, roots
         return self._run(call)
+
+    def _gather(self, words: np.ndarray, roots: np.ndarray, collective: int) -> np.ndarray:
+        """Broadcast, AllGather and Barrier: int32 `words` of which each chunk is sent by its root."""
+        if self._engine is not None:
+            return self._engine.run(_GATHER, words, roots, collective, REDUCE_SUM)
+        return self._run(_GatherCall(self, words, roots, collective))
 
     def _run(self, call: "_Call") -> np.ndarray:
         try:
@@ -309,7 +339,7 @@ class Worker:
     def _accept(self, data: bytes, in_flight: dict[int, _Item], call: "_Call") -> _Item | None:
         """The item a result answers (recorded in `call`), or None for anything else."""
         try:
-            header = unpack_header(data)
+            header = unpack_header(data, self.config.elements_per_packet)
         except IncFormatError as e:
             log.debug("ignoring a packet: %s", e)
             return None
@@ -361,7 +391,7 @@ class Worker:
         expired = []
         for it in in_flight.values():
             if now - it.first_sent >= give_up:
-                raise self._timeout_error(it, now)
+                raise self._timeout_error(it.seq & 0xFFFFFFFF, it.chunk, now - it.first_sent, it.sends)
             if now >= max(it.timer_from, last_progress) + it.timer:
                 expired.append(it)
         if expired:
@@ -393,14 +423,14 @@ class Worker:
         call.stats.packets_sent += 1
         call.stats.retransmits += 1
 
-    def _timeout_error(self, it: _Item, now: float) -> IncTimeoutError:
+    def _timeout_error(self, seq: int, chunk: int, waited: float, sends: int) -> IncTimeoutError:
         cfg = self.config
         counters = getattr(self.transport, "counters", None)
         socket_note = f"; the socket last refused a send: {counters.last_error}" \
             if counters is not None and counters.last_error else ""
         return IncTimeoutError(
-            f"job {cfg.job_id} worker {cfg.worker_id}: no result for seq {it.seq & 0xFFFFFFFF} (chunk {it.chunk} of the call) "
-            f"after {now - it.first_sent:.2f} s and {it.sends} sends (give_up_after {cfg.give_up_after:g} s, "
+            f"job {cfg.job_id} worker {cfg.worker_id}: no result for seq {seq} (chunk {chunk} of the call) "
+            f"after {waited:.2f} s and {sends} sends (give_up_after {cfg.give_up_after:g} s, "
             f"RTO {self.rto.rto * 1e3:.1f} ms); are the switch, the job and all {cfg.num_workers} workers up, "
             f"with the same window ({cfg.window}) within the job's slots?{socket_note}")
 
@@ -418,6 +448,101 @@ class Worker:
         self.last_stats = stats
 
 
+# What kind of call the compiled engine runs (hosts/engine/engine.h ENG_KIND_*).
+_INT32, _ORDERED, _GATHER, _FLOAT = 0, 1, 2, 3
+
+
+class _IncEngine:
+    """A Worker's calls in the compiled engine (hosts/engine/inc.c): the C state of the worker
+    (job, timers, window, last float call's exponents) and one call at a time through it."""
+
+    def __init__(self, worker: Worker) -> None:
+        built = engine.library()
+        self.ffi, self.lib = ffi, lib = built.ffi, built.lib
+        self.worker = worker
+        cfg, transport = worker.config, worker.transport
+        assert isinstance(transport, UdpTransport)
+        self.e = e = ffi.gc(lib.inc_new(), lib.inc_free)
+        if e == ffi.NULL:
+            raise MemoryError("no memory for the compiled engine")
+        e.fd = transport.sock.fileno()
+        e.agg_addr, e.agg_port = engine.address(*transport.aggregator)
+        e.job_id, e.worker_id, e.num_workers = cfg.job_id, cfg.worker_id, cfg.num_workers
+        e.window, e.k, e.give_up_after = cfg.window, cfg.elements_per_packet, cfg.give_up_after
+        e.exponent_slack, e.exponent_margin = cfg.exponent_slack, cfg.exponent_margin
+        rto, cwnd = worker.rto, worker.cwnd
+        e.rto.initial, e.rto.min_rto, e.rto.max_rto = rto.initial, rto.min_rto, rto.max_rto
+        e.rto.min_variance, e.rto.rto = rto.min_variance, rto.rto
+        e.cwnd.limit, e.cwnd.decrease, e.cwnd.minimum = cwnd.limit, cwnd.decrease, cwnd.minimum
+        e.cwnd.cwnd, e.cwnd.ssthresh = cwnd.cwnd, cwnd.ssthresh
+        self.call = ffi.new("inc_call *")
+        # Views into the C structs, made once (each one is an object).
+        self.rto, self.cwnd, self.counters, self.stats = e.rto, e.cwnd, e.counters, self.call.stats
+        self.k = cfg.elements_per_packet
+        self.bad = np.empty(0, np.int64)          # the chunks an error names, grown as calls need
+        self.bad_c = ffi.NULL
+
+    def run(self, kind: int, array: np.ndarray, roots: np.ndarray | None, collective: int,
+            reduce_op: int) -> np.ndarray:
+        """One call: the flat result (int32 words for _GATHER), or the error the Python path raises."""
+        ffi, e, c, worker, k = self.ffi, self.e, self.call, self.worker, self.k
+        data = np.ascontiguousarray(array).reshape(-1)
+        out = np.empty(data.size, data.dtype)
+        chunks = -(-data.size // k)
+        if self.bad.size < chunks:
+            self.bad = np.empty(chunks, np.int64)
+            self.bad_c = ffi.from_buffer("int64_t[]", self.bad)
+        data_c, out_c = ffi.from_buffer(data), ffi.from_buffer(out)
+        roots_c = ffi.NULL if roots is None else ffi.from_buffer("uint8_t[]", np.asarray(roots, np.uint8))
+        c.kind, c.dtype, c.collective, c.reduce_op = kind, engine.DTYPES[data.dtype], collective, reduce_op
+        c.data, c.out, c.roots, c.bad_chunks, c.size = data_c, out_c, roots_c, self.bad_c, data.size
+        rto, counters = self.rto, self.counters
+        waits, dropped, samples = counters.waits, counters.dropped, rto.samples
+        e.next_seq = worker.next_seq
+        status = self.lib.inc_run(e, c)
+        worker.next_seq = e.next_seq
+        self._refresh(worker)
+        waits, dropped = counters.waits - waits, counters.dropped - dropped
+        if waits or dropped:
+            sent = worker.transport.counters
+            sent.waits += waits
+            sent.dropped += dropped
+            if dropped:
+                sent.last_error = f"{os.strerror(counters.last_errno)} (errno {counters.last_errno})"
+        st = self.stats
+        worker.last_stats = CallStats(
+            _dtype_name(array.dtype), data.size, chunks, st.packets_sent, st.retransmits, st.fast_retransmits,
+            st.timeouts, st.results, st.duplicate_results, st.redone_chunks, waits, dropped, rto.samples - samples,
+            worker.rto.srtt, st.first_result_s if st.has_first_result else None, worker.rto.rto, worker.cwnd.cwnd,
+            st.setup_s, st.exponent_s, st.send_s, st.wait_s, st.retransmit_s, st.finish_s, st.total_s)
+        if status == 0:                       # ENG_OK
+            return out
+        return self._raise(status, array.dtype)
+
+    def _raise(self, status: int, dtype: np.dtype) -> NoReturn:
+        lib, c, k = self.lib, self.call, self.k
+        chunks = self.bad[:c.bad_count].tolist()
+        if status == lib.ENG_TIMEOUT:
+            raise self.worker._timeout_error(c.timeout_seq, c.timeout_chunk, c.timeout_waited, c.timeout_sends)
+        if status == lib.ENG_INT32_OVERFLOW:
+            raise int32_overflow(chunks, k)
+        if status == lib.ENG_NOT_A_NUMBER:
+            raise not_a_number(chunks, dtype, k)
+        if status == lib.ENG_FLOAT_OVERFLOW:
+            raise float_overflow(chunks, dtype, k)
+        if status == lib.ENG_BEYOND_RANGE:
+            raise beyond_range(chunks, dtype, k)
+        raise MemoryError("no memory for the compiled engine's call")
+
+    def _refresh(self, worker: Worker) -> None:
+        """The worker's `rto` and `cwnd`, as the engine left them."""
+        rto, cwnd, c_rto, c_cwnd = worker.rto, worker.cwnd, self.rto, self.cwnd
+        rto.srtt = c_rto.srtt if c_rto.has_srtt else None
+        rto.rttvar, rto.rto, rto.samples = c_rto.rttvar, c_rto.rto, c_rto.samples
+        cwnd.cwnd, cwnd.ssthresh, cwnd.losses = c_cwnd.cwnd, c_cwnd.ssthresh, c_cwnd.losses
+        cwnd._recover = c_cwnd.recover if c_cwnd.has_recover else None
+
+
 class _Call:
     """One allreduce call's chunks and sums, and which chunk each item carries."""
 
@@ -427,19 +552,20 @@ class _Call:
         cfg = worker.config
         self.shape = array.shape
         self.size = array.size
-        self.m = -(-array.size // INC_K)
+        self.k = k = cfg.elements_per_packet
+        self.m = -(-array.size // k)
         self.stats = CallStats(_dtype_name(array.dtype), int(array.size), self.m)
         counters = getattr(worker.transport, "counters", None)
         self.send_waits_before = counters.waits if counters is not None else 0
         self.send_drops_before = counters.dropped if counters is not None else 0
         self.samples_before = worker.rto.samples
         self.first_sent = self.started
-        self.sums = np.zeros((self.m, INC_K), np.int32)   # zeros stay where only an ACK came back
+        self.sums = np.zeros((self.m, k), np.int32)   # zeros stay where only an ACK came back
         self.overflowed: list[int] = []         # chunks whose (final) result has OVERFLOW
         self.answered = 0                        # items 0 .. answered - 1 have their results, in order
         self.done = False
         self._pending: dict[int, tuple[int, int, int]] = {}    # item -> (chunk, flags, need), out of order
-        self._last = self.size - (self.m - 1) * INC_K
+        self._last = self.size - (self.m - 1) * k
         self._job_id, self._worker_id = cfg.job_id, cfg.worker_id
         self.reduce_op = REDUCE_SUM
         self.collective = COLL_ALLREDUCE
@@ -457,7 +583,7 @@ class _Call:
     def header(self, chunk: int, slot: int, version: int, seq: int, flags: int = 0, exponent: int = 0,
                need: int = 0) -> bytes:
         return pack_header(IncHeader(OP_CONTRIB if self.sends_data(chunk) else OP_JOIN, self._job_id,
-                                     self._worker_id, INC_K if chunk < self.m - 1 else self._last, slot,
+                                     self._worker_id, self.k if chunk < self.m - 1 else self._last, slot,
                                      version, seq, flags, exponent, need, reduce_op=self.reduce_op,
                                      collective=self.collective, root=self.root_of(chunk)))
 
@@ -465,7 +591,7 @@ class _Call:
         """A result (payload None: an ACK, no data for this worker): keep its sums, then look
         at the results in item order."""
         if payload is not None:
-            self.sums[item.chunk] = elements_view(payload)
+            self.sums[item.chunk] = elements_view(payload, self.k)
         if item.index != self.answered:
             self._pending[item.index] = (item.chunk, flags, need)
             return
@@ -496,7 +622,7 @@ class _Int32Call(_Call):
 
     def __init__(self, worker: Worker, array: np.ndarray) -> None:
         super().__init__(worker, array)
-        wire = np.zeros(self.m * INC_K, ">i4")
+        wire = np.zeros(self.m * self.k, ">i4")
         wire[:self.size] = array.ravel()
         self.wire = wire.tobytes()
 
@@ -507,14 +633,17 @@ class _Int32Call(_Call):
         return None
 
     def packet(self, chunk: int, slot: int, version: int, seq: int) -> bytes:
-        return self.header(chunk, slot, version, seq) + self.wire[chunk * ELEMENT_BYTES:(chunk + 1) * ELEMENT_BYTES]
+        return self.header(chunk, slot, version, seq) + self.elements(chunk)
+
+    def elements(self, chunk: int) -> bytes:
+        """The wire bytes of `chunk`'s K elements."""
+        size = 4 * self.k
+        return self.wire[chunk * size:(chunk + 1) * size]
 
     def finish(self) -> np.ndarray:
         t0 = time.monotonic()
-        overflowed = self.overflowed
-        if overflowed:
-            raise IncOverflowError(f"the int32 sum overflowed in {len(overflowed)} chunk(s) of "
-                                   f"{INC_K} elements, first at element {overflowed[0] * INC_K}", overflowed)
+        if self.overflowed:
+            raise int32_overflow(self.overflowed, self.k)
         out = self.sums.ravel()[:self.size].reshape(self.shape)
         self.stats.finish_s = time.monotonic() - t0
         return out
@@ -546,20 +675,18 @@ class _OrderedCall(_Int32Call):
         self.reduce_op = reduce_op
         self.dtype = array.dtype
         self.stats.dtype = str(array.dtype)
-        padded = np.zeros(self.m * INC_K, bool)
+        padded = np.zeros(self.m * self.k, bool)
         padded[:self.size] = np.isnan(array.ravel()) if array.dtype.kind == "f" else False
-        self.has_nan = padded.reshape(self.m, INC_K).any(axis=1)
+        self.has_nan = padded.reshape(self.m, self.k).any(axis=1)
 
     def packet(self, chunk: int, slot: int, version: int, seq: int) -> bytes:
         flags = FLAG_OVERFLOW if self.has_nan[chunk] else 0
-        return (self.header(chunk, slot, version, seq, flags)
-                + self.wire[chunk * ELEMENT_BYTES:(chunk + 1) * ELEMENT_BYTES])
+        return self.header(chunk, slot, version, seq, flags) + self.elements(chunk)
 
     def finish(self) -> np.ndarray:
         t0 = time.monotonic()
         if self.overflowed:
-            raise IncOverflowError(f"a {self.dtype} value is not a number in {len(self.overflowed)} chunk(s), "
-                                   f"first at element {self.overflowed[0] * INC_K}", self.overflowed)
+            raise not_a_number(self.overflowed, self.dtype, self.k)
         out = numerics.from_ordered(self.sums.ravel()[:self.size], self.dtype).reshape(self.shape)
         self.stats.finish_s = time.monotonic() - t0
         return out
@@ -582,11 +709,9 @@ class _Float32Call(_Call):
         self.slack = cfg.exponent_slack
         self.margin = cfg.exponent_margin
         self.dtype = array.dtype
-        chunks = np.zeros((self.m, INC_K), np.float64)
-        chunks.ravel()[:self.size] = array.ravel()
-        # x * 2^(30 - L): the wire value at exponent E is rint of this * 2^-E (scaling by 2^k is exact)
-        self.scaled = chunks * 2.0 ** (quantize.WIRE_BITS - quantize.headroom_bits(self.n))
-        self.fits_at = quantize.chunk_exponents(chunks)            # the smallest exponent each chunk fits
+        self.chunks = np.zeros((self.m, self.k), np.float64)      # float32 and narrower widen exactly
+        self.chunks.ravel()[:self.size] = array.ravel()
+        self.fits_at = quantize.chunk_exponents(self.chunks)       # the smallest exponent each chunk fits
         self.local = np.minimum(self.fits_at, quantize.EXPONENT_MAX)
         self.agreed = np.full(self.m, quantize.EXPONENT_MIN, np.int64)
         # Guesses every worker can make before any result: all chunks after a call of the same
@@ -633,18 +758,14 @@ class _Float32Call(_Call):
 
     def _quantized(self, chunks: np.ndarray) -> bytes:
         """The wire elements of `chunks` at their `used` exponents; zeros where they do not fit."""
-        exponents = self.used[chunks]
-        # No warnings to silence: float32 and narrower values scaled by at most 2^(30+128) stay
-        # finite in float64 (inf and nan pass through), and rows that do not fit are zeroed first.
-        q = np.rint(np.ldexp(self.scaled[chunks], -exponents[:, None]))
-        q[self.fits_at[chunks] > exponents] = 0
-        return q.astype(">i4").tobytes()
+        return quantize.quantize(self.chunks[chunks], self.used[chunks], self.n)[0].astype(">i4").tobytes()
 
     def packet(self, chunk: int, slot: int, version: int, seq: int) -> bytes:
         exponent = int(self.used[chunk])
         fits = self.fits_at[chunk] <= exponent
         if chunk < self.known and not self.item_redo[-1]:
-            elements = self.prepared[chunk * ELEMENT_BYTES:(chunk + 1) * ELEMENT_BYTES]
+            size = 4 * self.k
+            elements = self.prepared[chunk * size:(chunk + 1) * size]
         else:
             elements = self._quantized(np.array([chunk]))
         return self.header(chunk, slot, version, seq, 0 if fits else FLAG_OVERFLOW, exponent,
@@ -669,19 +790,35 @@ class _Float32Call(_Call):
         if self.first_pass_done is not None and self.stats.redone_chunks:
             self.stats.exponent_s = max(0.0, t0 - self.first_pass_done)
         self.worker._basis = self.agreed.copy()
-        failed = sorted(self.failed)
-        if failed:
-            raise IncOverflowError(f"{self.dtype} values too large or not finite in {len(failed)} chunk(s), "
-                                   f"first at element {failed[0] * INC_K}", failed)
+        if self.failed:
+            raise float_overflow(sorted(self.failed), self.dtype, self.k)
         values, finite = numerics.from_sums(quantize.dequantize(self.sums, self.used, self.n), self.dtype)
         # Each input fits its dtype, their sum need not (N values near 2^127, or beyond float16's 65504).
-        too_big = [] if finite.all() else np.flatnonzero(~finite).tolist()
-        if too_big:
-            raise IncOverflowError(f"the {self.dtype} sum exceeds {self.dtype}'s range in {len(too_big)} chunk(s), "
-                                   f"first at element {too_big[0] * INC_K}", too_big)
+        if not finite.all():
+            raise beyond_range(np.flatnonzero(~finite).tolist(), self.dtype, self.k)
         out = values.ravel()[:self.size].reshape(self.shape)
         self.stats.finish_s = time.monotonic() - t0
         return out
+
+
+def int32_overflow(chunks: list[int], k: int) -> IncOverflowError:
+    return IncOverflowError(f"the int32 sum overflowed in {len(chunks)} chunk(s) of {k} elements, "
+                            f"first at element {chunks[0] * k}", chunks)
+
+
+def not_a_number(chunks: list[int], dtype: np.dtype, k: int) -> IncOverflowError:
+    return IncOverflowError(f"a {dtype} value is not a number in {len(chunks)} chunk(s), "
+                            f"first at element {chunks[0] * k}", chunks)
+
+
+def float_overflow(chunks: list[int], dtype: np.dtype, k: int) -> IncOverflowError:
+    return IncOverflowError(f"{dtype} values too large or not finite in {len(chunks)} chunk(s), "
+                            f"first at element {chunks[0] * k}", chunks)
+
+
+def beyond_range(chunks: list[int], dtype: np.dtype, k: int) -> IncOverflowError:
+    return IncOverflowError(f"the {dtype} sum exceeds {dtype}'s range in {len(chunks)} chunk(s), "
+                            f"first at element {chunks[0] * k}", chunks)
 
 
 @functools.lru_cache(maxsize=None)

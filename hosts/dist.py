@@ -38,7 +38,8 @@ import numpy as np
 from hosts import numerics
 from hosts.agent import IncError, IncTimeoutError, JobConfig, Worker
 from hosts.fallback import FallbackAllReduce, FallbackEvent, ring_reduce
-from hosts.inc import AGG_IP, INC_PORT
+from hosts.engine import ENGINES
+from hosts.inc import AGG_IP, INC_K, INC_PORT, check_elements_per_packet
 from hosts.pool import Lease, PoolRefused, request_slots
 from hosts.ring import RingConfig, RingWorker
 from hosts.transport import UdpPeerTransport, UdpTransport
@@ -124,6 +125,8 @@ class Options:
     probe_timeout: float = 1.0                    # P4INC_PROBE_TIMEOUT: "auto" waits this long for the switch
     max_rto: float = 2.0                          # P4INC_MAX_RTO_MS: INC's measured retransmission timeout's ceiling
     pool: str | None = None                       # P4INC_POOL=HOST:PORT|unix:PATH: ask the slot pool for a job
+    elements_per_packet: int = INC_K              # P4INC_ELEMENTS_PER_PACKET: as the job's switch program was built
+    engine: str = "c"                             # P4INC_ENGINE: c (compiled, where it builds) or python
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> Options:
@@ -139,9 +142,19 @@ class Options:
                        give_up_after=float(env.get("P4INC_GIVE_UP_S", cls.give_up_after)),
                        probe_timeout=float(env.get("P4INC_PROBE_TIMEOUT", cls.probe_timeout)),
                        max_rto=float(env.get("P4INC_MAX_RTO_MS", 1e3 * cls.max_rto)) / 1e3,
-                       pool=env.get("P4INC_POOL") or None)
+                       pool=env.get("P4INC_POOL") or None,
+                       elements_per_packet=int(env.get("P4INC_ELEMENTS_PER_PACKET", cls.elements_per_packet)),
+                       engine=env.get("P4INC_ENGINE", cls.engine))
         except ValueError as e:
             raise DistError(f"a P4INC_* variable is malformed: {e}") from None
+
+    def __post_init__(self) -> None:
+        try:
+            check_elements_per_packet(self.elements_per_packet)
+        except ValueError as e:
+            raise DistError(f"P4INC_ELEMENTS_PER_PACKET: {e}") from None
+        if self.engine not in ENGINES:
+            raise DistError(f"P4INC_ENGINE must be one of {', '.join(ENGINES)}, not {self.engine!r}")
 
 
 @dataclass
@@ -178,6 +191,16 @@ class ProcessGroup:
     @property
     def backend(self) -> str:
         return self.stats.backend
+
+    @property
+    def engine(self) -> str | None:
+        """Which engine runs the group's calls now: "c" (hosts/engine) or "python" (P4INC_ENGINE,
+        and "python" where the compiled one cannot be built); None on "auto" after a fallback
+        until the ring's first call."""
+        agent = self._agent
+        if isinstance(agent, FallbackAllReduce):
+            agent = agent.inc or agent.ring
+        return None if agent is None else agent.engine
 
     def all_reduce(self, array: np.ndarray, op: ReduceOp = ReduceOp.SUM) -> np.ndarray:
         """The sum, mean (float), minimum or maximum over ranks, as a new array; the dtypes
@@ -337,7 +360,8 @@ def new_group(backend: str = "auto", env: LaunchEnv | None = None, options: Opti
                 options = dataclasses.replace(options, job_id=answer["job_id"],
                                               window=min(options.window, answer["num_slots"]))
         ring_config = RingConfig(options.job_id, env.rank, env.world_size, window=options.window,
-                                 timeout=options.timeout, max_retries=options.max_retries)
+                                 timeout=options.timeout, max_retries=options.max_retries,
+                                 elements_per_packet=options.elements_per_packet, engine=options.engine)
         if backend in ("auto", "inc") and refusal is None:
             inc = _probe_inc(env, options, backend == "auto")
             if all(rendezvous.all_gather(inc is not None)):
@@ -613,7 +637,8 @@ def _probe_inc(env: LaunchEnv, options: Options, quick: bool) -> Worker | None:
     transport = UdpTransport(options.aggregator, ("0.0.0.0", _inc_port(env, options)), options.interface)
     config = JobConfig(options.job_id, env.rank, env.world_size, window=options.window,
                        give_up_after=options.give_up_after, max_rto=options.max_rto,
-                       min_rto=min(JobConfig.min_rto, options.max_rto))
+                       min_rto=min(JobConfig.min_rto, options.max_rto),
+                       elements_per_packet=options.elements_per_packet, engine=options.engine)
     try:
         probe = Worker(dataclasses.replace(config, timeout=min(config.timeout, options.probe_timeout / 4),
                                            give_up_after=options.probe_timeout) if quick else config, transport)

@@ -4,6 +4,7 @@ The protocol's constants come from protocol/.
 """
 from __future__ import annotations
 
+import functools
 import struct
 from dataclasses import dataclass
 
@@ -26,25 +27,51 @@ ELEMENT_BYTES = 4 * INC_K
 PAYLOAD_SIZE = HEADER_SIZE + ELEMENT_BYTES    # the UDP payload of every INC packet but JOIN and ACK
 
 
+# The header's field widths bound a job. The layout itself is written out in three places that
+# tests prove byte-identical: the Scapy layer (Inc), pack_header/unpack_header here, and
+# header_pack/header_unpack in hosts/engine/net.c.
+MAX_ELEMENTS = 255               # the header's count is one byte: K per job is 1..255
+MAX_WINDOW = (1 << 15) - 1       # the header's slot has 15 bits: a job's slots (its window) are 1..32767
+
+
 class IncFormatError(ValueError):
     """Bytes that are not a whole INC payload."""
 
 
+def check_elements_per_packet(k: int) -> None:
+    """ValueError unless a job may carry `k` elements per packet."""
+    if not 1 <= k <= MAX_ELEMENTS:
+        raise ValueError(f"elements per packet must be 1..{MAX_ELEMENTS} (the header's count is one byte), not {k}")
+
+
+def payload_size(k: int = INC_K) -> int:
+    """The UDP payload of every INC packet of a K-element job but JOIN and ACK."""
+    return HEADER_SIZE + 4 * k
+
+
 class ElementsField(FieldListField):
-    """The K int32 elements; a shorter list is padded with zeros, as the switch expects."""
+    """The packet's K int32 elements: built from a shorter list padded with zeros to the
+    layer's K (as the switch expects); dissected as every whole element that follows the
+    header, so the bound layer reads a packet of any K."""
 
     def __init__(self, name: str) -> None:
-        super().__init__(name, [], SignedIntField("", 0), count_from=lambda pkt: INC_K)
+        super().__init__(name, [], SignedIntField("", 0), length_from=lambda pkt: 0)
+
+    def getfield(self, pkt, s):  # noqa: ANN001 - Scapy's signature
+        whole = len(s) // 4 * 4
+        return s[whole:], [int(v) for v in np.frombuffer(s[:whole], _ELEMENTS)]
 
     def i2m(self, pkt, val):  # noqa: ANN001 - Scapy's signature
         val = list(val or [])
-        if len(val) > INC_K:
-            raise ValueError(f"an INC packet carries at most {INC_K} elements, not {len(val)}")
-        return val + [0] * (INC_K - len(val))
+        if len(val) > pkt.K:
+            raise ValueError(f"an INC packet carries at most {pkt.K} elements, not {len(val)}")
+        return val + [0] * (pkt.K - len(val))
 
 
 class Inc(Packet):
+    """The INC header and K elements; `inc_layer(k)` builds packets of a job with another K."""
     name = "INC"
+    K = INC_K
     fields_desc = [
         BitField("version", INC_VERSION, 4),
         BitEnumField("opcode", OP_CONTRIB, 4, OPCODES),
@@ -65,13 +92,22 @@ class Inc(Packet):
 
     def post_build(self, pkt: bytes, pay: bytes) -> bytes:
         if self.count is None:
-            count = 1 if self.opcode in HEADER_ONLY else min(len(self.elements or []), INC_K)
+            count = 1 if self.opcode in HEADER_ONLY else min(len(self.elements or []), self.K)
             pkt = pkt[:5] + bytes([count]) + pkt[6:]
         return pkt + pay
 
     def mysummary(self) -> str:
         return self.sprintf("INC %opcode% job=%job_id% worker=%worker_id% slot=%slot%/%pool_version% "
                             "seq=%seq% count=%count% flags=%flags% %collective% root=%root%")
+
+
+@functools.lru_cache(maxsize=None)
+def inc_layer(k: int) -> type[Inc]:
+    """The Inc layer of a job with `k` elements per packet (Inc itself for the default K)."""
+    if k == INC_K:
+        return Inc
+    check_elements_per_packet(k)
+    return type(f"Inc{k}", (Inc,), {"K": k})
 
 
 bind_layers(UDP, Inc, dport=INC_PORT)
@@ -100,24 +136,23 @@ class IncHeader:
 
 _HEADER = struct.Struct("!BBHBBHIbbBB")
 _ELEMENTS = np.dtype(">i4")
-_ZERO_ELEMENTS = bytes(ELEMENT_BYTES)
 
 
-def pack(header: IncHeader, elements: np.ndarray) -> bytes:
-    """The UDP payload for `header` and up to K int32 `elements` (zero padded); a JOIN's or
-    an ACK's is the header alone."""
+def pack(header: IncHeader, elements: np.ndarray, k: int = INC_K) -> bytes:
+    """The UDP payload for `header` and up to `k` int32 `elements` (zero padded to k); a
+    JOIN's or an ACK's is the header alone."""
     data = np.asarray(elements, dtype=_ELEMENTS).tobytes()
     if header.opcode in HEADER_ONLY:
         if data:
             raise ValueError(f"a {OPCODES[header.opcode]} carries no elements")
         return pack_header(header)
-    if len(data) > ELEMENT_BYTES:
-        raise ValueError(f"an INC packet carries at most {INC_K} elements, not {len(data) // 4}")
-    return pack_header(header) + data + _ZERO_ELEMENTS[len(data):]
+    if len(data) > 4 * k:
+        raise ValueError(f"an INC packet carries at most {k} elements, not {len(data) // 4}")
+    return pack_header(header) + data + bytes(4 * k - len(data))
 
 
 def pack_header(header: IncHeader) -> bytes:
-    """The 16 header bytes alone: a JOIN's payload, else followed by ELEMENT_BYTES of big-endian int32."""
+    """The 16 header bytes alone: a JOIN's payload, else followed by K big-endian int32."""
     return _HEADER.pack((header.version << 4) | header.opcode, header.flags, header.job_id,
                         header.worker_id, header.count, (header.pool_version << 15) | header.slot,
                         header.seq, header.exponent, header.need, header.reduce_op,
@@ -129,27 +164,27 @@ def with_flags(payload: bytes, flags: int) -> bytes:
     return payload[:1] + bytes((payload[1] | flags,)) + payload[2:]
 
 
-def unpack(payload: bytes) -> tuple[IncHeader, np.ndarray]:
-    """Header and the K elements (native int32) of an INC UDP payload; none for JOIN and ACK."""
-    header = unpack_header(payload)
+def unpack(payload: bytes, k: int = INC_K) -> tuple[IncHeader, np.ndarray]:
+    """Header and the `k` elements (native int32) of an INC UDP payload; none for JOIN and ACK."""
+    header = unpack_header(payload, k)
     if header.opcode in HEADER_ONLY:
         return header, np.zeros(0, np.int32)
-    return header, elements_view(payload).astype(np.int32)
+    return header, elements_view(payload, k).astype(np.int32)
 
 
-def unpack_header(payload: bytes) -> IncHeader:
-    """The header of an INC UDP payload, after checking that the payload is whole (a JOIN or
-    an ACK is the header alone)."""
+def unpack_header(payload: bytes, k: int = INC_K) -> IncHeader:
+    """The header of an INC UDP payload, after checking that the payload is whole for a job
+    of `k` elements per packet (a JOIN or an ACK is the header alone)."""
     if len(payload) < HEADER_SIZE:
         raise IncFormatError(f"an INC payload has at least {HEADER_SIZE} bytes, this one {len(payload)}")
     vo, flags, job, worker, count, vs, seq, exponent, need, reduce_op, cr = _HEADER.unpack_from(payload)
-    if vo & 0xF not in HEADER_ONLY and len(payload) < PAYLOAD_SIZE:
-        raise IncFormatError(f"an INC payload with data has {PAYLOAD_SIZE} bytes, this one {len(payload)}")
+    if vo & 0xF not in HEADER_ONLY and len(payload) < HEADER_SIZE + 4 * k:
+        raise IncFormatError(f"an INC payload with data has {HEADER_SIZE + 4 * k} bytes, this one {len(payload)}")
     return IncHeader(opcode=vo & 0xF, job_id=job, worker_id=worker, count=count, slot=vs & 0x7FFF,
                      pool_version=vs >> 15, seq=seq, flags=flags, exponent=exponent, need=need,
                      version=vo >> 4, reduce_op=reduce_op, collective=cr >> 5, root=cr & 0x1F)
 
 
-def elements_view(payload: bytes) -> np.ndarray:
-    """The K elements of a whole INC payload, big-endian, without a copy."""
-    return np.frombuffer(payload, dtype=_ELEMENTS, count=INC_K, offset=HEADER_SIZE)
+def elements_view(payload: bytes, k: int = INC_K) -> np.ndarray:
+    """The `k` elements of a whole INC payload, big-endian, without a copy."""
+    return np.frombuffer(payload, dtype=_ELEMENTS, count=k, offset=HEADER_SIZE)

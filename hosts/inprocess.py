@@ -19,7 +19,7 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
-from hosts.inc import AGG_IP, AGG_MAC, HEADER_SIZE, INC_PORT, PAYLOAD_SIZE, RING_PORT
+from hosts.inc import AGG_IP, AGG_MAC, HEADER_SIZE, INC_PORT, MAX_ELEMENTS, RING_PORT
 
 log = logging.getLogger(__name__)
 
@@ -67,11 +67,9 @@ class InProcessFabric:
         self._inboxes = {(h.port, udp_port): queue.Queue() for h in self.hosts
                          for udp_port in (h.udp_port, RING_PORT)}
         self._by_port = {h.port: h for h in self.hosts}
-        # by payload size: a contribution's, or a JOIN's header alone
-        self._prefixes = {size: [_prefix(h, AGG_MAC, AGG_IP, h.udp_port, INC_PORT, size) for h in self.hosts]
-                          for size in (PAYLOAD_SIZE, HEADER_SIZE)}
-        self._peer_prefixes = [[_prefix(h, p.mac, p.ip, RING_PORT, RING_PORT) for p in self.hosts]
-                               for h in self.hosts]
+        # By payload size (a contribution's of the job's K, or a JOIN's header alone), built on first use.
+        self._prefixes: dict[int, list[bytes]] = {}
+        self._peer_prefixes: dict[int, list[list[bytes]]] = {}
         self._delayed: list[tuple[float, int, Callable[[], None]]] = []
         self._order = itertools.count()
         self._cv = threading.Condition()
@@ -108,14 +106,24 @@ class InProcessFabric:
 
     def send_payload(self, index: int, payload: bytes) -> None:
         """Host `index` sends an INC payload to the aggregator."""
-        prefixes = self._prefixes.get(len(payload))
+        size = len(payload)
+        prefixes = self._prefixes.get(size)
         if prefixes is None:
-            raise ValueError(f"an INC payload has {PAYLOAD_SIZE} or {HEADER_SIZE} bytes, not {len(payload)}")
+            if not (size == HEADER_SIZE or size > HEADER_SIZE and (size - HEADER_SIZE) % 4 == 0
+                    and size <= HEADER_SIZE + 4 * MAX_ELEMENTS):
+                raise ValueError(f"an INC payload is the {HEADER_SIZE}-byte header and up to {MAX_ELEMENTS} "
+                                 f"4-byte elements, not {size} bytes")
+            prefixes = self._prefixes[size] = [_prefix(h, AGG_MAC, AGG_IP, h.udp_port, INC_PORT, size)
+                                               for h in self.hosts]
         self.send_frame(self.hosts[index].port, prefixes[index] + payload)
 
     def send_to_peer(self, index: int, peer: int, payload: bytes) -> None:
         """Host `index` sends a ring payload to host `peer`, through the switch's forwarding."""
-        self.send_frame(self.hosts[index].port, self._peer_prefixes[index][peer] + payload)
+        prefixes = self._peer_prefixes.get(len(payload))
+        if prefixes is None:
+            prefixes = self._peer_prefixes[len(payload)] = [
+                [_prefix(h, p.mac, p.ip, RING_PORT, RING_PORT, len(payload)) for p in self.hosts] for h in self.hosts]
+        self.send_frame(self.hosts[index].port, prefixes[index][peer] + payload)
 
     def _to_switch(self, port: int, frame: bytes) -> None:
         for out_port, out in self.switch.process(port, frame):
@@ -205,7 +213,7 @@ def _ip_bytes(ip: str) -> bytes:
     return bytes(int(b) for b in ip.split("."))
 
 
-def _prefix(host: Host, dst_mac: str, dst_ip: str, sport: int, dport: int, size: int = PAYLOAD_SIZE) -> bytes:
+def _prefix(host: Host, dst_mac: str, dst_ip: str, sport: int, dport: int, size: int) -> bytes:
     """Ethernet/IPv4/UDP header bytes of every packet with a `size`-byte payload from `host`
     to one destination, built once with Scapy."""
     frame = (Ether(src=host.mac, dst=dst_mac) / IP(src=host.ip, dst=dst_ip)

@@ -14,6 +14,7 @@ import numpy as np
 
 from hosts import numerics
 from hosts.agent import IncError, IncOverflowError, Worker
+from hosts.inc import INC_K
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +123,7 @@ def run_matrix(worker: Worker, size: int, seed: int) -> list[Outcome]:
             outcomes += [Outcome(c, False, detail="not run: an earlier call failed") for c in combos[index + 1:]]
             log.error("%s: %s; stopping the matrix", combo.name, e)
             break
-        outcome = check(combo, inputs, me, got)
+        outcome = check(combo, inputs, me, got, worker.config.elements_per_packet)
         outcome.seconds = time.perf_counter() - start
         if worker.last_stats is not None and worker.last_stats is not stats_before:
             outcome.packets_sent, outcome.retransmits = worker.last_stats.packets_sent, worker.last_stats.retransmits
@@ -156,9 +157,10 @@ def call_collective(worker: Worker, collective: str, tensor: np.ndarray, op: str
     raise ValueError(f"collective must be one of {', '.join(COLLECTIVES)}, not {collective!r}")
 
 
-def check(combo: Combination, inputs: list[np.ndarray], me: int, got: np.ndarray | None | Exception) -> Outcome:
+def check(combo: Combination, inputs: list[np.ndarray], me: int, got: np.ndarray | None | Exception,
+          k: int = INC_K) -> Outcome:
     """What worker `me` got (a result, None, or the exception the call raised) against what
-    numpy says it should get from every worker's `inputs`."""
+    numpy says it should get from every worker's `inputs` (`k` elements per packet)."""
     if combo.overflow:
         if isinstance(got, IncOverflowError):
             return Outcome(combo, True, detail=f"reported: {got}")
@@ -175,7 +177,7 @@ def check(combo: Combination, inputs: list[np.ndarray], me: int, got: np.ndarray
         error = float(np.max(np.abs(got.astype(np.float64) - expected.astype(np.float64)), initial=0.0))
         return Outcome(combo, not differ, error, 0.0, "not bit for bit the inputs" if differ else "", result=got)
     parts = [x.reshape(len(inputs), -1)[me] for x in inputs] if combo.collective == "reduce-scatter" else inputs
-    errors = numerics.result_errors(got, parts, op=combo.op or "sum")
+    errors = numerics.result_errors(got, parts, op=combo.op or "sum", k=k)
     assert errors is not None        # shapes were checked above
     error, bound = worst(*errors)
     passed = bool(np.all(errors[0] <= errors[1]))

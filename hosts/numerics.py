@@ -43,9 +43,12 @@ class SumCheck:
     correct: bool
 
 
+_REDUCE_CODES = {name: code for code, name in REDUCE_OPS.items()}
+
+
 def reduce_op(op: str, dtype: np.dtype) -> int:
     """The header's reduce_op for `op` on `dtype`; TypeError or ValueError if there is none."""
-    codes = {name: code for code, name in REDUCE_OPS.items()}
+    codes = _REDUCE_CODES
     if op not in codes:
         raise ValueError(f"op must be one of {', '.join(codes)}, not {op!r}")
     if dtype not in REDUCE_DTYPES[op]:
@@ -84,7 +87,8 @@ def from_words(words: np.ndarray, like: np.ndarray) -> np.ndarray:
     return raw.view(like.dtype).reshape(like.shape).copy()
 
 
-def sum_tolerance(inputs: Sequence[np.ndarray], exponent_slack: int = quantize.EXPONENT_SLACK) -> np.ndarray:
+def sum_tolerance(inputs: Sequence[np.ndarray], exponent_slack: int = quantize.EXPONENT_SLACK,
+                  k: int = INC_K) -> np.ndarray:
     """Per element, how far the AllReduce sum of `inputs` (one array per worker) may be from
     the exact sum (docs/protocol.md, "Error bound"): 0 for int32; for floats, the block's
     rounding N * 2^(L + slack - 30) * (its K-element chunk's largest |x| over all workers,
@@ -97,12 +101,12 @@ def sum_tolerance(inputs: Sequence[np.ndarray], exponent_slack: int = quantize.E
     fmt = FLOAT_FORMATS[dtype]
     x = np.array([np.asarray(t, np.float64).ravel() for t in inputs])
     size = x.shape[1]
-    chunks = -(-size // INC_K)
-    padded = np.zeros((n, chunks * INC_K))
+    chunks = -(-size // k)
+    padded = np.zeros((n, chunks * k))
     padded[:, :size] = np.abs(x)
-    chunk_max = np.maximum(padded.reshape(n, chunks, INC_K).max(axis=(0, 2)), 2.0 ** quantize.EXPONENT_MIN)
+    chunk_max = np.maximum(padded.reshape(n, chunks, k).max(axis=(0, 2)), 2.0 ** quantize.EXPONENT_MIN)
     relative = n * 2.0 ** (quantize.headroom_bits(n) + exponent_slack - quantize.WIRE_BITS)
-    block = np.repeat(chunk_max * relative, INC_K)[:size]
+    block = np.repeat(chunk_max * relative, k)[:size]
     exact = np.abs(x.sum(axis=0))
     final = (exact + block) * 2.0 ** -fmt.precision + 2.0 ** (fmt.smallest_subnormal - 1)
     return (block + final).reshape(shape)
@@ -121,11 +125,11 @@ def host_sum_tolerance(inputs: Sequence[np.ndarray]) -> np.ndarray:
 
 
 def check_sum(result: np.ndarray, inputs: Sequence[np.ndarray], summed_on_hosts: bool = False,
-              op: str = "sum") -> SumCheck:
+              op: str = "sum", k: int = INC_K) -> SumCheck:
     """`result` against the float64 (int64) sum of `inputs`: within `sum_tolerance`, or for
     a baseline that adds on the hosts (`summed_on_hosts`), `host_sum_tolerance`. min and max
     are exact: they must equal numpy's."""
-    errors = result_errors(result, inputs, summed_on_hosts, op)
+    errors = result_errors(result, inputs, summed_on_hosts, op, k)
     if errors is None:
         return SumCheck(np.inf, False)
     error, bound = errors
@@ -133,9 +137,10 @@ def check_sum(result: np.ndarray, inputs: Sequence[np.ndarray], summed_on_hosts:
 
 
 def result_errors(result: np.ndarray, inputs: Sequence[np.ndarray], summed_on_hosts: bool = False,
-                  op: str = "sum") -> tuple[np.ndarray, np.ndarray] | None:
+                  op: str = "sum", k: int = INC_K) -> tuple[np.ndarray, np.ndarray] | None:
     """Per element, how far `result` is from numpy's float64 (int64) sum, min or max of
-    `inputs`, and the bound it must stay within (`check_sum`); None if the shapes differ."""
+    `inputs`, and the bound it must stay within (`check_sum`; `k` elements per packet share
+    an exponent); None if the shapes differ."""
     if op != "sum":
         exact = (np.min if op == "min" else np.max)(np.array(inputs), axis=0)
         if result.shape != exact.shape:
@@ -150,7 +155,7 @@ def result_errors(result: np.ndarray, inputs: Sequence[np.ndarray], summed_on_ho
     if summed_on_hosts and wide is np.int64:      # the ring wraps around, as numpy's int32 sum
         exact = exact.astype(np.int32)
     error = np.abs(np.asarray(result, np.float64) - exact)
-    return error, host_sum_tolerance(inputs) if summed_on_hosts else sum_tolerance(inputs)
+    return error, host_sum_tolerance(inputs) if summed_on_hosts else sum_tolerance(inputs, k=k)
 
 
 def from_sums(values: np.ndarray, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:

@@ -6,12 +6,14 @@ chunks, as TCP does), fast retransmission of a hole, and the INC agent's measure
 retransmission timeout and congestion window (hosts/pacing.py); the switch only forwards.
 The same ring gives the baselines of the switch's other collectives: ReduceScatter and
 AllGather are its two halves, Broadcast and Reduce pipelines along it, Barrier a one-element
-AllReduce.
+AllReduce. Like the INC agent, on a kernel UDP socket it runs in the compiled engine
+(hosts/engine), with the same packets, so the two compare algorithms, not languages.
 """
 from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -19,15 +21,15 @@ from typing import Callable
 
 import numpy as np
 
-from hosts import numerics
+from hosts import engine, numerics
 from hosts.agent import IncTimeoutError
-from hosts.inc import INC_K, MAX_WORKERS, OP_RING, OP_RING_ACK, IncFormatError, IncHeader, pack, unpack
+from hosts.inc import (INC_K, MAX_WORKERS, OP_RING, OP_RING_ACK, IncFormatError, IncHeader, check_elements_per_packet,
+                       pack, unpack)
 from hosts.pacing import CongestionWindow, RtoEstimator
-from hosts.transport import PeerTransport
+from hosts.transport import PeerTransport, UdpPeerTransport
 
 log = logging.getLogger(__name__)
 
-SACK_SEQS = 32 * INC_K       # an ack's elements are a bitmap of the seqs after its cumulative one
 DUP_THRESHOLD = 3            # chunks selectively acked above a hole before it is sent again at once
 
 
@@ -42,14 +44,19 @@ class RingConfig:
     max_retries: int = 200       # also: a step with nothing new for timeout * (max_retries + 1) fails
     ack_every: int | None = None     # in-order chunks per ack (default: half the window)
     ack_delay: float | None = None   # longest an in-order chunk waits for its ack (default: timeout / 4)
+    elements_per_packet: int = INC_K     # K: a chunk's elements, as INC's packets of the same job
+    engine: str = "c"                    # as JobConfig.engine: the compiled engine on a UDP socket, or Python
 
     def __post_init__(self) -> None:
+        check_elements_per_packet(self.elements_per_packet)
+        if self.engine not in engine.ENGINES:
+            raise ValueError(f"engine must be one of {', '.join(engine.ENGINES)}, not {self.engine!r}")
         if not 1 <= self.num_workers <= MAX_WORKERS:
             raise ValueError(f"num_workers must be 1..{MAX_WORKERS}, not {self.num_workers}")
         if not 0 <= self.rank < self.num_workers:
             raise ValueError(f"rank must be 0..{self.num_workers - 1}, not {self.rank}")
-        if not 1 <= self.window <= SACK_SEQS or self.timeout <= 0 or self.max_retries < 0:
-            raise ValueError(f"window must be 1..{SACK_SEQS}, timeout positive, max_retries not negative")
+        if not 1 <= self.window <= self.sack_seqs or self.timeout <= 0 or self.max_retries < 0:
+            raise ValueError(f"window must be 1..{self.sack_seqs}, timeout positive, max_retries not negative")
         if self.max_rto < 2 * self.ack_delay_s:
             raise ValueError(f"max_rto must be at least twice the ack delay ({2 * self.ack_delay_s:g} s)")
         if self.ack_every is not None and self.ack_every < 1:
@@ -57,6 +64,11 @@ class RingConfig:
         if self.ack_delay is not None and not 0 <= self.ack_delay < self.timeout:
             raise ValueError("ack_delay must be at least 0 and below the timeout, or the sender resends "
                              "what arrived")
+
+    @property
+    def sack_seqs(self) -> int:
+        """An ack's K elements are a bitmap of this many seqs after its cumulative one."""
+        return 32 * self.elements_per_packet
 
     @property
     def chunks_per_ack(self) -> int:
@@ -122,13 +134,26 @@ class RingWorker:
     _recv_wanted: int = field(default=0, repr=False)
     _stop: threading.Event = field(default_factory=threading.Event, repr=False)
     _thread: threading.Thread | None = field(default=None, repr=False)
+    # The compiled engine, if this rank uses it: then its own thread serves the socket, it keeps
+    # the timers, window and counts, and `stats`, `rto` and `cwnd` are copies refreshed after each call.
+    _engine: "_RingEngine | None" = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self._cv, self._arrived = threading.Condition(self._lock), threading.Condition(self._lock)
         self.rto = self.config.new_rto()
         self.cwnd = CongestionWindow(self.config.window)
+        # The engine takes every peer's address at the start (the Python path reads them per send).
+        if (self.config.engine == "c" and type(self.transport) is UdpPeerTransport
+                and len(self.transport.peers) == self.config.num_workers and engine.unavailable() is None):
+            self._engine = _RingEngine(self)
+            return
         self._thread = threading.Thread(target=self._serve, name=f"ring-{self.config.rank}", daemon=True)
         self._thread.start()
+
+    @property
+    def engine(self) -> str:
+        """Which engine this rank's calls run on: "c" or "python"."""
+        return "python" if self._engine is None else "c"
 
     def allreduce(self, array: np.ndarray) -> np.ndarray:
         """The element-wise sum over all ranks; int32 wraps around as numpy's sum does."""
@@ -168,21 +193,25 @@ class RingWorker:
 
     def _counted(self, call: Callable[[np.ndarray], np.ndarray], array: np.ndarray) -> np.ndarray:
         """`call(array)`, with what it sent in `last_stats`."""
+        if self._engine is not None:
+            self._engine.refresh()
         with self._cv:
             before = dataclasses.replace(self.stats)
         try:
             return call(array)
         finally:
+            if self._engine is not None:
+                self._engine.refresh()
             with self._cv:
                 self.last_stats = RingStats(*(now - then for now, then in zip(
                     dataclasses.astuple(self.stats), dataclasses.astuple(before))))
 
     def _allreduce(self, array: np.ndarray) -> np.ndarray:
-        n = self.config.num_workers
-        m = -(-array.size // INC_K)
+        n, k = self.config.num_workers, self.config.elements_per_packet
+        m = -(-array.size // k)
         if n == 1 or m == 0:
             return array.copy()
-        chunks = np.zeros((m, INC_K), array.dtype)
+        chunks = np.zeros((m, k), array.dtype)
         chunks.ravel()[:array.size] = array.ravel()
         bounds = np.linspace(0, m, n + 1).round().astype(int)   # segment s is chunks bounds[s]:bounds[s+1]
         # Reduce-scatter leaves rank r with segment r+1 summed; all-gather passes the sums on.
@@ -192,35 +221,39 @@ class RingWorker:
         return chunks.ravel()[:array.size].reshape(array.shape)
 
     def _reduce_scatter(self, array: np.ndarray) -> np.ndarray:
-        n, rank = self.config.num_workers, self.config.rank
+        n, rank, k = self.config.num_workers, self.config.rank, self.config.elements_per_packet
         if array.ndim == 0 or array.shape[0] % n:
             raise ValueError(f"reduce_scatter needs a first dimension divisible by {n}, not shape {array.shape}")
         out_shape = (array.shape[0] // n, *array.shape[1:])
         part = array.size // n
-        per_block = -(-part // INC_K)        # each rank's part in whole chunks, as the switch pads it
-        chunks = np.zeros((n, per_block * INC_K), array.dtype)
+        per_block = -(-part // k)            # each rank's part in whole chunks, as the switch pads it
+        chunks = np.zeros((n, per_block * k), array.dtype)
         chunks[:, :part] = array.reshape(n, part)
         if n > 1 and part:
             # Starting one segment back, the N - 1 reduce steps leave rank r with segment r.
-            self._steps(chunks.reshape(-1, INC_K), per_block * np.arange(n + 1), first=-1, add=True)
+            self._steps(chunks.reshape(-1, k), per_block * np.arange(n + 1), first=-1, add=True)
         return chunks[rank, :part].reshape(out_shape)
 
     def _all_gather(self, array: np.ndarray) -> np.ndarray:
-        n, rank = self.config.num_workers, self.config.rank
+        n, rank, k = self.config.num_workers, self.config.rank, self.config.elements_per_packet
         words = numerics.as_words(array)
-        per_block = -(-words.size // INC_K)
-        placed = np.zeros((n, per_block * INC_K), np.int32)
+        per_block = -(-words.size // k)
+        placed = np.zeros((n, per_block * k), np.int32)
         placed[rank, :words.size] = words
         if n > 1 and words.size:
-            self._steps(placed.reshape(-1, INC_K), per_block * np.arange(n + 1), first=0, add=False)
+            self._steps(placed.reshape(-1, k), per_block * np.arange(n + 1), first=0, add=False)
         return np.stack([numerics.from_words(row[:words.size], array) for row in placed])
 
     def _broadcast(self, array: np.ndarray, root: int) -> np.ndarray:
         n = self.config.num_workers
         position = (self.config.rank - root) % n       # hops from the root
+        k = self.config.elements_per_packet
         words = numerics.as_words(array)
-        chunks = np.zeros((-(-words.size // INC_K), INC_K), np.int32)
+        chunks = np.zeros((-(-words.size // k), k), np.int32)
         chunks.ravel()[:words.size] = words
+        if self._engine is not None and n > 1:
+            self._engine.pipeline(chunks, root, reduce=False)
+            return numerics.from_words(chunks.ravel()[:words.size], array)
         for i in range(len(chunks) if n > 1 else 0):
             if position > 0:
                 chunks[i] = self._wait_for(1)[0]
@@ -231,8 +264,12 @@ class RingWorker:
     def _reduce(self, array: np.ndarray, root: int) -> np.ndarray:
         n = self.config.num_workers
         position = (self.config.rank - root - 1) % n   # the root's successor starts, the root ends
-        chunks = np.zeros((-(-array.size // INC_K), INC_K), array.dtype)
+        k = self.config.elements_per_packet
+        chunks = np.zeros((-(-array.size // k), k), array.dtype)
         chunks.ravel()[:array.size] = array.ravel()
+        if self._engine is not None and n > 1:
+            self._engine.pipeline(chunks, root, reduce=True)
+            return chunks.ravel()[:array.size].reshape(array.shape)
         for i in range(len(chunks) if n > 1 else 0):
             if position > 0:
                 chunks[i] += self._wait_for(1)[0].view(array.dtype)
@@ -243,6 +280,9 @@ class RingWorker:
     def _steps(self, chunks: np.ndarray, bounds: np.ndarray, first: int, add: bool) -> None:
         """N - 1 ring steps over `chunks` cut into N segments at `bounds`: at step s rank r sends
         segment r + first - s and receives the one before it, adding it to its own or taking it."""
+        if self._engine is not None:
+            self._engine.steps(chunks, bounds, first, add)
+            return
         n, rank = self.config.num_workers, self.config.rank
         for step in range(n - 1):
             send_seg = (rank + first - step) % n
@@ -257,6 +297,10 @@ class RingWorker:
     def close(self, linger: float | None = None) -> None:
         """Wait up to `linger` seconds (default 10 timeouts) for outstanding acks, then stop."""
         linger = 10 * self.config.timeout if linger is None else linger
+        if self._engine is not None:
+            self._engine.close(linger)
+            self.transport.close()
+            return
         with self._cv:
             self._cv.wait_for(lambda: not self._unacked, timeout=linger)
         self._stop.set()
@@ -272,8 +316,9 @@ class RingWorker:
                 self._wait(self._cv, lambda: len(self._unacked) < self.cwnd.allowed, "acks from", nxt)
                 seq = self._send_next
                 self._send_next += 1
-                payload = pack(IncHeader(opcode=OP_RING, job_id=cfg.job_id, worker_id=cfg.rank, count=INC_K,
-                                         slot=0, pool_version=0, seq=seq), row.view(np.int32))
+                payload = pack(IncHeader(opcode=OP_RING, job_id=cfg.job_id, worker_id=cfg.rank,
+                                         count=cfg.elements_per_packet, slot=0, pool_version=0, seq=seq),
+                               row.view(np.int32), cfg.elements_per_packet)
                 now = time.monotonic()
                 self._unacked[seq] = _Unacked(payload, now, now + self.rto.rto)
                 self.stats.chunks += 1
@@ -288,7 +333,7 @@ class RingWorker:
                        (self.config.rank - 1) % self.config.num_workers)
             rows = [self._received.pop(s) for s in wanted]
             self._recv_next = wanted.stop
-        return np.stack(rows) if rows else np.zeros((0, INC_K), np.int32)
+        return np.stack(rows) if rows else np.zeros((0, self.config.elements_per_packet), np.int32)
 
     def _wait(self, cv: threading.Condition, ready: Callable[[], bool], what: str, peer: int) -> None:
         """Wait on `cv` (its lock held) until `ready()`, failing after a stall with no progress."""
@@ -339,7 +384,7 @@ class RingWorker:
         """Acks release chunks; data is kept, and acknowledged now if it was out of order or
         a duplicate (the sender may be missing an ack), else with the next delayed ack."""
         try:
-            header, elements = unpack(data)
+            header, elements = unpack(data, self.config.elements_per_packet)
         except IncFormatError as e:
             log.debug("ignoring a packet: %s", e)
             return
@@ -374,15 +419,16 @@ class RingWorker:
         """One ack for everything received: the cumulative seq and a bitmap of the chunks after it."""
         with self._cv:
             cumulative = self._cumulative
-            bits = np.zeros(SACK_SEQS, np.uint8)
-            above = [s - cumulative - 1 for s in self._out_of_order if s - cumulative <= SACK_SEQS]
+            sack_seqs = self.config.sack_seqs
+            bits = np.zeros(sack_seqs, np.uint8)
+            above = [s - cumulative - 1 for s in self._out_of_order if s - cumulative <= sack_seqs]
             bits[above] = 1
             self._ack_pending, self._ack_due = 0, float("inf")
             self.stats.acks += 1
         words = np.packbits(bits, bitorder="little").view("<u4").astype(np.uint32).view(np.int32)
         ack = IncHeader(opcode=OP_RING_ACK, job_id=self.config.job_id, worker_id=self.config.rank, count=0,
                         slot=0, pool_version=0, seq=cumulative)
-        self.transport.send_to(prev, pack(ack, words))
+        self.transport.send_to(prev, pack(ack, words, self.config.elements_per_packet))
 
     def _acked(self, cumulative: int, words: np.ndarray, nxt: int) -> None:
         """Release what an ack covers, timing the round trip of the newest chunk sent once
@@ -408,6 +454,84 @@ class RingWorker:
                 if u.tries == 1 and seq < hole_below:
                     self.cwnd.on_loss(self._send_next - 1)
                     self._resend(u, nxt, now)
+
+
+# hosts/engine/engine.h RING_OP_*
+_STEPS, _BROADCAST, _REDUCE = 0, 1, 2
+
+
+class _RingEngine:
+    """A RingWorker's calls in the compiled engine (hosts/engine/ring.c), which serves the
+    rank's socket with its own thread from construction to `close`."""
+
+    def __init__(self, worker: RingWorker) -> None:
+        built = engine.library()
+        self.ffi, self.lib = ffi, lib = built.ffi, built.lib
+        self.worker = worker
+        cfg, transport = worker.config, worker.transport
+        assert isinstance(transport, UdpPeerTransport)
+        peers = [engine.address(ip, port) for ip, port in transport.peers]
+        self._peer_addrs = ffi.new("uint32_t[]", [a for a, _ in peers] or [0])
+        self._peer_ports = ffi.new("uint16_t[]", [p for _, p in peers] or [0])
+        config = ffi.new("ring_config *", {
+            "fd": transport.sock.fileno(), "job_id": cfg.job_id, "rank": cfg.rank, "num_workers": cfg.num_workers,
+            "window": cfg.window, "k": cfg.elements_per_packet, "timeout": cfg.timeout, "ack_delay": cfg.ack_delay_s,
+            "max_retries": cfg.max_retries, "chunks_per_ack": cfg.chunks_per_ack, "max_rto": cfg.max_rto,
+            "peer_count": len(peers), "peer_addrs": self._peer_addrs, "peer_ports": self._peer_ports})
+        error = ffi.new("char[]", 200)
+        r = lib.ring_new(config, error, len(error))
+        if r == ffi.NULL:
+            raise OSError(f"ring rank {cfg.rank}: {ffi.string(error).decode()}")
+        self.r = ffi.gc(r, lib.ring_free)
+        self.call = ffi.new("ring_call *")
+        self.read = (ffi.new("ring_stats *"), ffi.new("eng_rto *"), ffi.new("eng_cwnd *"), ffi.new("eng_counters *"))
+
+    def steps(self, chunks: np.ndarray, bounds: np.ndarray, first: int, add: bool) -> None:
+        """RingWorker._steps: N - 1 steps over `chunks` (rows of K 4-byte words, changed in place)."""
+        keep = self.ffi.new("int64_t[]", [int(b) for b in bounds])
+        self._run(_STEPS, chunks, bounds=keep, first=first, add=int(add))
+
+    def pipeline(self, chunks: np.ndarray, root: int, reduce: bool) -> None:
+        """RingWorker._broadcast's or _reduce's pipeline over `chunks`, in place."""
+        self._run(_REDUCE if reduce else _BROADCAST, chunks, root=root)
+
+    def _run(self, op: int, chunks: np.ndarray, **fields: object) -> None:
+        ffi, c, cfg = self.ffi, self.call, self.worker.config
+        assert chunks.flags.c_contiguous and chunks.dtype.itemsize == 4
+        rows = ffi.from_buffer(chunks.view(np.uint8))
+        c.op, c.dtype, c.rows, c.chunk_count = op, engine.DTYPES.get(chunks.dtype, 0), rows, chunks.shape[0]
+        c.bounds, c.first, c.add, c.root = ffi.NULL, 0, 0, 0
+        for name, value in fields.items():
+            setattr(c, name, value)
+        status = self.lib.ring_run(self.r, c)
+        if status == self.lib.ENG_TIMEOUT:
+            what = "acks from" if c.timeout_waiting_for_acks else "chunks from"
+            raise IncTimeoutError(f"ring rank {cfg.rank}: no {what} rank {c.timeout_peer} for "
+                                  f"{c.timeout_waited:.1f} s; are all {cfg.num_workers} ranks up?")
+        if status == self.lib.ENG_CLOSED:
+            raise IncTimeoutError(f"ring rank {cfg.rank}: the ring is closed")
+        if status != self.lib.ENG_OK:
+            raise MemoryError("no memory for the compiled engine's ring")
+
+    def refresh(self) -> None:
+        """The worker's stats, RTO, window and socket counters, as the engine has them now."""
+        stats, rto, cwnd, counters = self.read
+        self.lib.ring_read(self.r, stats, rto, cwnd, counters)
+        w = self.worker
+        w.stats.chunks, w.stats.retransmissions, w.stats.acks = stats.chunks, stats.retransmissions, stats.acks
+        w.rto.srtt = rto.srtt if rto.has_srtt else None
+        w.rto.rttvar, w.rto.rto, w.rto.samples = rto.rttvar, rto.rto, rto.samples
+        w.cwnd.cwnd, w.cwnd.ssthresh, w.cwnd.losses = cwnd.cwnd, cwnd.ssthresh, cwnd.losses
+        w.cwnd._recover = cwnd.recover if cwnd.has_recover else None
+        sent = w.transport.counters
+        sent.waits, sent.dropped = counters.waits, counters.dropped
+        if counters.dropped:
+            sent.last_error = f"{os.strerror(counters.last_errno)} (errno {counters.last_errno})"
+
+    def close(self, linger: float) -> None:
+        """Wait up to `linger` seconds for outstanding acks, then stop the engine's thread."""
+        self.lib.ring_close(self.r, linger)
+        self.refresh()
 
 
 def _summable(array: np.ndarray) -> np.ndarray:

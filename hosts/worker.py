@@ -18,7 +18,8 @@ import numpy as np
 
 from hosts.agent import IncError, JobConfig, Worker
 from hosts.args import address, output_file, port
-from hosts.inc import AGG_IP, INC_PORT, RING_PORT
+from hosts.engine import ENGINES
+from hosts.inc import AGG_IP, INC_K, INC_PORT, MAX_ELEMENTS, RING_PORT
 from hosts.matrix import COLLECTIVES, call_collective, run_matrix
 from hosts.numerics import REDUCE_DTYPES, SUM_DTYPES, SumCheck, check_sum
 from hosts.ring import RingConfig, RingWorker
@@ -36,10 +37,11 @@ def generated_tensor(seed: int, worker_id: int, size: int, dtype: str) -> np.nda
 
 
 def check_generated(result: np.ndarray, seed: int, num_workers: int, size: int, dtype: str,
-                    summed_on_hosts: bool = False, op: str = "sum") -> SumCheck:
-    """`result` against the exact sum (min, max) of every worker's generated input (numerics.check_sum)."""
+                    summed_on_hosts: bool = False, op: str = "sum", k: int = INC_K) -> SumCheck:
+    """`result` against the exact sum (min, max) of every worker's generated input (numerics.check_sum;
+    `k` elements per packet share an exponent)."""
     inputs = [generated_tensor(seed, w, size, dtype) for w in range(num_workers)]
-    return check_sum(result, inputs, summed_on_hosts, op)
+    return check_sum(result, inputs, summed_on_hosts, op, k)
 
 
 def reduce(worker: Worker | RingWorker, tensor: np.ndarray, op: str) -> np.ndarray:
@@ -130,6 +132,12 @@ def build_parser() -> argparse.ArgumentParser:
                         f"(default {JobConfig.give_up_after:g})")
     p.add_argument("--max-retries", type=int, default=200,
                    help="ring: retransmissions before giving up (default 200)")
+    p.add_argument("--engine", choices=ENGINES, default="c",
+                   help="c: the compiled engine (default; where it cannot be built, python, and a log line "
+                        "says why); python: the reference path. Both send the same packets")
+    p.add_argument("--elements-per-packet", type=int, default=INC_K, metavar="K",
+                   help=f"elements per packet, as the job's switch program was built (default {INC_K}); "
+                        "every worker of the job must use the same")
     p.add_argument("-v", "--verbose", action="store_true", help="log every retransmission")
     return p
 
@@ -178,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
         report["last_stats"] = stats[-1].to_dict()
     if args.check:
         checked = check_generated(result, args.seed, args.workers, args.size, args.dtype, args.algorithm == "ring",
-                                  args.op)
+                                  args.op, args.elements_per_packet)
         report["max_abs_error"] = checked.max_abs_error
         report["correct"] = checked.correct
     if args.output is not None:
@@ -251,6 +259,8 @@ def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         parser.error(f"--max-rto must be at least {JobConfig.min_rto * 1000:g} ms (the RTO's floor), not {args.max_rto:g}")
     if args.give_up_after <= 0:
         parser.error(f"--give-up-after must be positive seconds, not {args.give_up_after:g}")
+    if not 1 <= args.elements_per_packet <= MAX_ELEMENTS:
+        parser.error(f"--elements-per-packet must be 1..{MAX_ELEMENTS}, not {args.elements_per_packet}")
 
 
 def make_worker(args: argparse.Namespace) -> Worker | RingWorker:
@@ -262,14 +272,16 @@ def make_worker(args: argparse.Namespace) -> Worker | RingWorker:
                                      args.interface)
         try:
             config = RingConfig(args.job_id, args.worker_id, args.workers, window=args.window,
-                                timeout=timeout, max_retries=args.max_retries)
+                                timeout=timeout, max_retries=args.max_retries,
+                                elements_per_packet=args.elements_per_packet, engine=args.engine)
         except ValueError:
             transport.close()
             raise
         return RingWorker(config, transport)
     config = JobConfig(args.job_id, args.worker_id, args.workers, window=args.window,
                        timeout=JobConfig.timeout if args.timeout is None else args.timeout / 1000,
-                       max_rto=args.max_rto / 1000, give_up_after=args.give_up_after)
+                       max_rto=args.max_rto / 1000, give_up_after=args.give_up_after,
+                       elements_per_packet=args.elements_per_packet, engine=args.engine)
     port = INC_PORT if args.port is None else args.port
     return Worker(config, UdpTransport(args.aggregator, (args.bind, port), args.interface))
 

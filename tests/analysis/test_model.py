@@ -173,3 +173,19 @@ def test_cli_bad_input_is_one_line_error_not_traceback(tmp_path, args, message):
     assert last.startswith("python -m analysis: error: ") and message in last, proc.stderr
     assert "Traceback" not in proc.stderr
     assert not (tmp_path / "model.json").exists()
+
+
+def test_cli_plots_and_reports_the_host_cpu_per_call(tmp_path):
+    """INC's CPU over MPI's per point, from the per-call sums the bench records."""
+    runs = synthetic_runs(SOFTWARE, 0.0)
+    for r in runs:
+        r["cpu_s"] = {"inc": [1e-4, 2e-4, 3e-4], "ring": [4e-4] * 3, "mpi": [1e-3, 1e-3, 5e-3]}[r["algorithm"]]
+    del runs[0]["cpu_s"]              # a point measured before the bench recorded CPU
+    assert main([str(write_bench(tmp_path / "bench.json", runs)), "-o", str(tmp_path)]) == 0
+    summary = json.loads((tmp_path / "model.json").read_text())
+    assert summary["measured_cpu_ratio"]["mpi"]["8"]["65536"] == pytest.approx(0.2)
+    assert summary["measured_cpu_ratio"]["ring"]["2"]["256"] == pytest.approx(0.5)
+    assert "64" not in summary["measured_cpu_ratio"]["mpi"]["2"]
+    points = {(p["algorithm"], p["workers"], p["bytes"]): p for p in summary["points"]}
+    assert points[("mpi", 4, 64)]["cpu_per_call_s"] == pytest.approx(1e-3)
+    assert "cpu_per_call_s" not in points[(runs[0]["algorithm"], runs[0]["workers"], runs[0]["bytes"])]

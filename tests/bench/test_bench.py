@@ -16,25 +16,32 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.mark.parametrize("workload, outputs_per_packet", [("ipv4_router", 1), ("allreduce", 1)])
 def test_p4sim_bench_counts_every_packet_and_output(tmp_path, workload, outputs_per_packet):
     out = tmp_path / "p4sim.json"
-    assert p4sim.main(["--packets", "400", "--workload", workload, "-o", str(out)]) == 0
-    (result,) = json.loads(out.read_text())["results"]
-    # The router forwards each packet; every 4th contribution completes a round and is
-    # multicast to all 4 workers, so the aggregation path also emits one packet per packet in.
-    assert result["packets"] == 400 and result["outputs"] == 400 * outputs_per_packet
-    # The rate is the count over the measured time, not a number that merely came out positive.
-    assert result["stats"]["errors"] == 0 and result["seconds"] > 0
-    assert result["packets_per_s"] == pytest.approx(400 / result["seconds"])
+    assert p4sim.main(["--packets", "400", "--c-packets", "800", "--workload", workload, "-o", str(out)]) == 0
+    results = json.loads(out.read_text())["results"]
+    assert [r["backend"] for r in results] == ["python", "c"]
+    for result, packets in zip(results, (400, 800)):
+        # The router forwards each packet; every 4th contribution completes a round and is
+        # multicast to all 4 workers, so the aggregation path also emits one packet per packet in.
+        assert result["packets"] == packets and result["outputs"] == packets * outputs_per_packet
+        # The rate is the count over the measured time, not a number that merely came out positive.
+        assert result["stats"]["errors"] == 0 and result["seconds"] > 0
+        assert result["packets_per_s"] == pytest.approx(packets / result["seconds"])
 
 
 def test_host_bench_gets_the_tensor_back_over_both_transports(tmp_path):
     out = tmp_path / "host.json"
-    assert host.main(["--elements", "3000", "--calls", "2", "-o", str(out)]) == 0
+    assert host.main(["--elements", "3000", "--calls", "2", "--small-calls", "50", "-o", str(out)]) == 0
     results = json.loads(out.read_text())["results"]
     # 3000 elements are 94 chunks of 32; measure() raises if the echo's tensor differs.
-    assert {name: r["packets"] for name, r in results.items()} == {"in_process": 188, "udp_loopback": 188}
+    assert {name: (r["engine"], r["packets"]) for name, r in results.items()} == {
+        "in_process/python": ("python", 188), "udp_loopback/python": ("python", 188), "udp_loopback/c": ("c", 188)}
     for r in results.values():
         assert r["seconds"] > 0 and r["packets_per_s"] == pytest.approx(188 / r["seconds"])
         assert r["tensor_MB_per_s"] == pytest.approx(2 * 3000 * 4 / r["seconds"] / 1e6)
+        assert r["small_bytes"] == 256 and r["small_call_s"] > 0 and r["small_cpu_per_call_s"] > 0
+    for name in ("udp_loopback/python", "udp_loopback/c"):     # a call over the echo's bare round trip
+        assert results[name]["small_call_over_rtt"] == pytest.approx(
+            results[name]["small_call_s"] / results[name]["echo_rtt_s"])
 
 
 def test_bench_refuses_bad_arguments_with_usage():
@@ -79,6 +86,8 @@ def test_bench_in_mininet_writes_checked_runs_for_inc_ring_and_mpi(tmp_path, fab
     # The ring's own counts come back per point: 2(N-1) x chunks data packets per call, over both workers.
     ring = {r["bytes"]: r["agent_totals"] for r in runs if r["algorithm"] == "ring"}
     assert ring[256]["chunks"] == 2 * 2 * 2 and ring[131072]["chunks"] == 2 * 1024
+    # Every point records the CPU all workers' processes spent per call (MPI's ranks too).
+    assert all(len(r["cpu_s"]) == len(r["times_s"]) and r["cpu_per_call_s"] > 0 for r in runs)
     assert result["environment"]["versions"]["p4inc"] == head.stdout.strip()
     assert isinstance(result["environment"]["dirty"], bool)
 
@@ -107,3 +116,9 @@ def test_call_time_runs_from_the_last_rank_in_and_takes_mpi_ranks_from_one_reply
     workers = [{"start": 1.0, "end": 3.0}, {"start": 1.5, "end": 2.5}]
     assert budget.call_time(workers) == pytest.approx((1.5, 0.5))
     assert budget.call_time([{"ok": True, "ranks": workers}]) == pytest.approx((1.5, 0.5))
+
+
+def test_call_cpu_sums_every_rank_and_is_none_where_one_did_not_measure():
+    assert budget.call_cpu([{"cpu_s": 1e-4}, {"cpu_s": 3e-4}]) == pytest.approx(4e-4)
+    assert budget.call_cpu([{"ranks": [{"cpu_s": 1e-3}, {"cpu_s": 2e-3}]}]) == pytest.approx(3e-3)    # MPI's rank 0
+    assert budget.call_cpu([{"cpu_s": 1e-4}, {"start": 0.0}]) is None

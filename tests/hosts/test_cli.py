@@ -4,68 +4,19 @@ checking its result against numpy (--check)."""
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
+import numpy as np
 import pytest
 from p4sim import Switch
 
 from hosts.inprocess import InProcessFabric
+from tests.hosts.bridge import UdpBridge, free_udp_port, loopback_ip
 from tests.hosts.conftest import Job, host, install_forwarding, install_job
 
 ROOT = Path(__file__).resolve().parents[2]
-BRIDGE_IP = "127.0.0.254"
-
-
-def free_udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def loopback_ip(worker: int) -> str:
-    return f"127.0.0.{worker + 1}"
-
-
-class UdpBridge:
-    """The aggregator on loopback: UDP from 127.0.0.(w+1) enters the switch as worker w's
-    frame; what the switch sends to worker w goes back to 127.0.0.(w+1):worker_port."""
-
-    def __init__(self, fabric: InProcessFabric, n: int, worker_port: int) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.bind((BRIDGE_IP, 0))
-        self.sock.settimeout(0.05)
-        self.address = self.sock.getsockname()
-        self.transports = [fabric.transport(w) for w in range(n)]
-        self.worker_port = worker_port
-        self.stop = threading.Event()
-        self.threads = [threading.Thread(target=self._uplink)] + [
-            threading.Thread(target=self._downlink, args=(w,)) for w in range(n)]
-        for t in self.threads:
-            t.start()
-
-    def _uplink(self) -> None:
-        while not self.stop.is_set():
-            try:
-                payload, (ip, _) = self.sock.recvfrom(2048)
-            except socket.timeout:
-                continue
-            self.transports[int(ip.rsplit(".", 1)[1]) - 1].send(payload)
-
-    def _downlink(self, w: int) -> None:
-        while not self.stop.is_set():
-            payload = self.transports[w].recv(0.05)
-            if payload is not None:
-                self.sock.sendto(payload, (loopback_ip(w), self.worker_port))
-
-    def close(self) -> None:
-        self.stop.set()
-        for t in self.threads:
-            t.join()
-        self.sock.close()
 
 
 def run_workers(commands: list[list[str]]) -> list[dict]:
@@ -83,9 +34,11 @@ def run_workers(commands: list[list[str]]) -> list[dict]:
     return [json.loads(out) for out, _ in outs]
 
 
-def run_inc_workers(switch: Switch, n: int, args: list[str], job_id: int = 4) -> list[dict]:
+def run_inc_workers(switch: Switch, n: int, args: list[str], job_id: int = 4,
+                    engines: list[str] | None = None) -> list[dict]:
     """`python -m hosts.worker` for each of n workers of a job on `switch` (through a UdpBridge),
-    with `args` after the job's, worker's and aggregator's; their JSON reports."""
+    with `args` after the job's, worker's and aggregator's ({w} and {engine} in them: the worker's
+    id and its engine, engines[w], default c); their JSON reports."""
     port = free_udp_port()
     job = Job(job_id=job_id, hosts=tuple(host(i) for i in range(1, n + 1)), num_slots=8)
     install_forwarding(switch, list(job.hosts))
@@ -96,7 +49,7 @@ def run_inc_workers(switch: Switch, n: int, args: list[str], job_id: int = 4) ->
             aggregator = f"{bridge.address[0]}:{bridge.address[1]}"
             return run_workers([
                 ["--job-id", str(job_id), "--worker-id", str(w), "--workers", str(n), "--aggregator", aggregator,
-                 "--bind", loopback_ip(w), "--port", str(port), "--window", "8", *[a.format(w=w) for a in args]]
+                 "--bind", loopback_ip(w), "--port", str(port), "--window", "8", *[a.format(w=w, engine=(engines or ["c"] * n)[w]) for a in args]]
                 for w in range(n)])
         finally:
             bridge.close()
@@ -118,6 +71,30 @@ def test_inc_workers_over_udp_through_p4sim_get_the_numpy_sum(switch: Switch, dt
         assert r["packets_sent"] == 14 + r["retransmits"]
         assert r["last_stats"]["chunks"] == 7 and r["last_stats"]["redone_chunks"] == 0
         assert r["last_stats"]["results"] == 7 and r["last_stats"]["final_rto_s"] > 0
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_workers_on_either_engine_share_a_job_and_get_the_same_bits(switch: Switch, dtype: str,
+                                                                    tmp_path: Path) -> None:
+    """Worker processes on the compiled engine and on the Python one, in one job: all correct,
+    all with the same result, bit for bit."""
+    engines = ["c", "python", "c"]
+    reports = run_inc_workers(switch, 3, ["--size", "700", "--dtype", dtype, "--check", "--warmup", "1",
+                                          "--output", str(tmp_path / "w{w}.npy"), "--engine", "{engine}"],
+                              engines=engines)
+    assert all(r["correct"] for r in reports)
+    results = [np.load(tmp_path / f"w{w}.npy") for w in range(3)]
+    assert all(r.tobytes() == results[0].tobytes() and r.dtype == np.dtype(dtype) for r in results)
+
+
+def test_ring_workers_on_either_engine_get_the_numpy_sum() -> None:
+    n, port = 3, free_udp_port()
+    peers = ",".join(loopback_ip(w) for w in range(n))
+    reports = run_workers([
+        ["--algorithm", "ring", "--peers", peers, "--port", str(port), "--job-id", "1", "--worker-id", str(w),
+         "--workers", str(n), "--size", "5000", "--dtype", "float32", "--check", "--engine", engine,
+         "--elements-per-packet", "100"] for w, engine in enumerate(["c", "python", "c"])])
+    assert all(r["correct"] for r in reports)
 
 
 def test_ring_workers_over_udp_get_the_numpy_sum() -> None:
@@ -153,6 +130,8 @@ def test_bad_arguments_give_a_message_not_a_traceback() -> None:
     (["--workers", "2", "--worker-id", "0", "--collective", "broadcast", "--check"],
      "--collective broadcast runs on inc only, without --check"),
     (["--workers", "2", "--worker-id", "0", "--collective", "reduce", "--root", "2"], "--root must be a worker 0..1"),
+    (["--workers", "2", "--worker-id", "0", "--elements-per-packet", "256"], "--elements-per-packet must be 1..255"),
+    (["--workers", "2", "--worker-id", "0", "--engine", "rust"], "argument --engine: invalid choice"),
 ])
 def test_impossible_combinations_are_one_line_usage_errors(args: list[str], message: str, tmp_path: Path) -> None:
     p = subprocess.run([sys.executable, "-m", "hosts.worker", "--job-id", "1", "--size", "4", *args],

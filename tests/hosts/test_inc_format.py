@@ -2,17 +2,22 @@
 exactly the bytes the Scapy layer builds."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
+from scapy.packet import Raw
 
 from hosts.inc import (AGG_IP, COLL_BARRIER, COLL_BROADCAST, COLL_REDUCE, OP_ACK, OP_JOIN, FLAG_OVERFLOW, FLAG_RESENT, HEADER_SIZE, INC_K, INC_PORT, OP_CONTRIB,
-                       OP_RESULT, PAYLOAD_SIZE, REDUCE_MAX, REDUCE_MIN, Inc, IncFormatError, IncHeader, pack, unpack)
+                       OP_RESULT, PAYLOAD_SIZE, REDUCE_MAX, REDUCE_MIN, MAX_ELEMENTS, MAX_WINDOW, Inc, IncFormatError,
+                       IncHeader, inc_layer, pack, payload_size, unpack)
+from hosts.agent import JobConfig
 
 HEADERS = [
     IncHeader(opcode=OP_CONTRIB, job_id=1, worker_id=0, count=1, slot=0, pool_version=0, seq=0),
-    IncHeader(opcode=OP_RESULT, job_id=0xFFFF, worker_id=31, count=INC_K, slot=0x7FFF, pool_version=1,
+    IncHeader(opcode=OP_RESULT, job_id=0xFFFF, worker_id=31, count=INC_K, slot=MAX_WINDOW, pool_version=1,
               seq=0xFFFFFFFF, flags=FLAG_OVERFLOW | FLAG_RESENT, exponent=-128, need=127),
     IncHeader(opcode=OP_CONTRIB, job_id=7, worker_id=3, count=17, slot=300, pool_version=1, seq=123456,
               exponent=5, need=-3),
@@ -31,8 +36,8 @@ HEADER_ONLY_HEADERS = [
 ]
 
 
-def _scapy(h: IncHeader, elements: list[int]) -> Inc:
-    return Inc(version=h.version, opcode=h.opcode, flags=h.flags, job_id=h.job_id, worker_id=h.worker_id,
+def _scapy(h: IncHeader, elements: list[int], layer: type[Inc] = Inc) -> Inc:
+    return layer(version=h.version, opcode=h.opcode, flags=h.flags, job_id=h.job_id, worker_id=h.worker_id,
                count=h.count, pool_version=h.pool_version, slot=h.slot, seq=h.seq, exponent=h.exponent,
                need=h.need, reduce_op=h.reduce_op, collective=h.collective, root=h.root, elements=elements)
 
@@ -100,3 +105,37 @@ def test_a_join_with_elements_and_a_short_contribution_are_refused() -> None:
         unpack(pack(HEADERS[0], np.ones(1, np.int32))[:HEADER_SIZE])
     with pytest.raises(IncFormatError):
         unpack(pack(HEADER_ONLY_HEADERS[0], np.zeros(0, np.int32))[:-1])
+
+
+@pytest.mark.parametrize("k", [1, 7, 64, MAX_ELEMENTS])
+def test_a_job_s_own_k_packs_as_its_scapy_layer_builds_and_reads_back(k: int) -> None:
+    header = IncHeader(opcode=OP_CONTRIB, job_id=5, worker_id=2, count=min(k, 5), slot=3, pool_version=1, seq=77,
+                       exponent=-4, need=9)
+    elements = list(range(-2, -2 + header.count))
+    raw = pack(header, np.array(elements, np.int32), k)
+    assert len(raw) == payload_size(k) == HEADER_SIZE + 4 * k
+    assert raw == bytes(_scapy(header, elements, inc_layer(k)))
+    got_header, got_elements = unpack(raw, k)
+    assert got_header == header and got_elements.tolist() == elements + [0] * (k - header.count)
+    dissected = Ether(bytes(Ether() / IP() / UDP(sport=40000, dport=INC_PORT) / Raw(raw)))[Inc]   # the bound layer
+    assert dissected.elements == got_elements.tolist() and dissected.count == header.count
+    with pytest.raises(ValueError, match=f"at most {k} elements"):
+        pack(header, np.zeros(k + 1, np.int32), k)
+    with pytest.raises(IncFormatError):
+        unpack(raw[:-1], k)
+    full = replace(header, count=k)                        # every count the job can have fits the field
+    raw = pack(full, np.arange(k, dtype=np.int32), k)
+    assert raw == bytes(_scapy(full, list(range(k)), inc_layer(k))) and unpack(raw, k)[0] == full
+
+
+def test_elements_per_packet_beyond_the_count_byte_is_refused() -> None:
+    for k in (0, MAX_ELEMENTS + 1):
+        with pytest.raises(ValueError, match="elements per packet must be 1..255"):
+            inc_layer(k)
+
+
+def test_a_window_beyond_the_slot_field_is_refused() -> None:
+    assert JobConfig(1, 0, 2, window=MAX_WINDOW).window == MAX_WINDOW     # the widest slot still packs (HEADERS)
+    for window in (0, MAX_WINDOW + 1):
+        with pytest.raises(ValueError, match=f"window must be 1..{MAX_WINDOW} slots"):
+            JobConfig(1, 0, 2, window=window)

@@ -2,11 +2,16 @@
 independently in tests/hosts/documented.py), and a result outside it is reported wrong."""
 from __future__ import annotations
 
+from fractions import Fraction
+
+import hypothesis.extra.numpy as hnp
+import hypothesis.strategies as st
 import numpy as np
 import pytest
+from hypothesis import given, settings
 
-from hosts.numerics import BFLOAT16, check_sum, host_sum_tolerance, sum_tolerance
-from tests.hosts.documented import documented_bound
+from hosts.numerics import BFLOAT16, check_sum, from_sums, host_sum_tolerance, sum_tolerance
+from tests.hosts.documented import documented_bound, round_to
 
 FLOATS = [np.dtype(np.float32), np.dtype(np.float16), BFLOAT16]
 
@@ -71,3 +76,36 @@ def test_min_and_max_must_equal_numpy_exactly(op: str, reduce) -> None:
     wrong = right.copy()
     wrong[7] = np.nextafter(wrong[7], np.float32(np.inf))       # one unit off
     assert not check_sum(wrong, inputs, op=op).correct
+
+
+def near_ties(dtype: np.dtype) -> st.SearchStrategy[np.ndarray]:
+    """Sums just off, and exactly on, the midpoint between two neighbours of `dtype` (where a
+    rounding through another format first, or towards zero, gives another value), and others."""
+    bits = np.uint32 if dtype == np.float32 else np.uint16
+    neighbours = hnp.arrays(bits, st.integers(1, 16), elements=st.integers(0, 0x7F7FFFFF if bits == np.uint32
+                                                                            else 0x7BFF if dtype == np.float16
+                                                                            else 0x7F7F))
+
+    def around(a: np.ndarray) -> np.ndarray:
+        low = a.view(dtype).astype(np.float64)
+        high = np.nextafter(a.view(dtype), np.array(np.inf, dtype)).astype(np.float64)
+        finite = np.isfinite(high)            # the largest value has no neighbour above
+        mid = (low[finite] + high[finite]) / 2
+        off = (high[finite] - low[finite]) * 2.0**-20
+        return np.concatenate([mid, mid + off, mid - off, -mid])
+    return st.one_of(neighbours.map(around),
+                     hnp.arrays(np.float64, st.integers(1, 16), elements=st.floats(-1e40, 1e40)))
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@settings(max_examples=200, deadline=None)
+@given(data=st.data())
+def test_sums_are_rounded_once_to_nearest_into_the_dtype(dtype: np.dtype, data: st.DataObject) -> None:
+    """numerics.from_sums, the last step of every float sum: docs/protocol.md's single rounding
+    to nearest, ties to even (written out in exact rationals), inf beyond the range, reported."""
+    with np.errstate(over="ignore"):
+        values = data.draw(near_ties(dtype))
+    got, finite = from_sums(values[None, :], dtype)
+    expected = [round_to(Fraction(float(v)), dtype) for v in values]
+    assert got[0].astype(np.float64).tolist() == expected
+    assert bool(finite[0]) == all(np.isfinite(expected))

@@ -1,14 +1,21 @@
-"""Block floating point: the N-way int32 sum never overflows at the agreed exponent,
-and the dequantised sum is within the documented bound (written out here) of the exact one."""
+"""Block floating point: the N-way int32 sum never overflows at the agreed exponent, the
+dequantised sum is within the documented bound (written out here) of the exact one, and the
+one quantizer (hosts/quantize.py: the agent's, and the compiled engine's equal) is the
+documented rounding bit for bit, property-based against exact rationals."""
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
+import hypothesis.extra.numpy as hnp
+import hypothesis.strategies as st
 import numpy as np
 import pytest
+from hypothesis import given, settings
 
 from hosts import quantize
 from hosts.inc import INC_K
+from hosts.numerics import BFLOAT16
 
 
 @pytest.mark.parametrize("num_workers", [1, 2, 3, 8, 32])
@@ -39,3 +46,61 @@ def test_values_beyond_the_exponent_are_reported_not_wrapped() -> None:
     q, fits = quantize.quantize(rows, np.array([1, 5, 0]), 4)
     assert fits.tolist() == [False, False, True]
     assert not q[:2].any()
+
+
+def oracle_exponent(row: list[Fraction | None]) -> int:
+    """docs/protocol.md: the smallest E with every |x| < 2^E, within -127..128; -128 for an
+    all-zero row, 128 for a row with inf or nan (None here)."""
+    if any(v is None for v in row):
+        return 128
+    largest = max(abs(v) for v in row)
+    if largest == 0:
+        return -128
+    e = -127
+    while largest >= Fraction(2) ** e and e < 128:
+        e += 1
+    return e
+
+
+def as_fractions(rows: np.ndarray) -> list[list[Fraction | None]]:
+    return [[Fraction(float(v)) if np.isfinite(v) else None for v in row] for row in rows.astype(np.float64)]
+
+
+FLOAT_BITS = {np.dtype(np.float32): np.uint32, np.dtype(np.float16): np.uint16, BFLOAT16: np.uint16}
+
+
+def float_rows(dtype: np.dtype) -> st.SearchStrategy[np.ndarray]:
+    """Rows of any bit patterns (subnormal, huge, zero, inf, nan), or of one magnitude."""
+    bits = FLOAT_BITS[dtype]
+    width = np.dtype(bits).itemsize * 8
+    shape = st.tuples(st.integers(1, 5), st.integers(1, 33))
+    anything = hnp.arrays(bits, shape, elements=st.integers(0, (1 << width) - 1)).map(lambda a: a.view(dtype))
+    similar = st.tuples(shape, st.integers(-20, 20), st.integers(0, 2**32 - 1)).map(
+        lambda t: (np.random.default_rng(t[2]).standard_normal(t[0]) * 2.0 ** t[1]).astype(dtype))
+    return st.one_of(anything, similar)
+
+
+@pytest.mark.parametrize("dtype", list(FLOAT_BITS), ids=str)
+@settings(max_examples=200, deadline=None)
+@given(data=st.data())
+def test_the_quantizer_is_the_documented_rounding_bit_for_bit(dtype: np.dtype, data: st.DataObject) -> None:
+    """hosts/quantize.py, which the agent sends with, against docs/protocol.md in exact rationals:
+    each chunk's exponent, q = round(x * 2^s) to nearest with ties to even, s = 30 - L - E, zeros
+    with `fits` False where a value is not below 2^E, and the dequantised sums exactly."""
+    with np.errstate(over="ignore"):
+        rows = data.draw(float_rows(dtype))
+    n = data.draw(st.integers(1, 32))
+    values = as_fractions(rows)
+    local = [oracle_exponent(row) for row in values]
+    assert quantize.chunk_exponents(rows.astype(np.float64)).tolist() == local
+    exponents = [max(-128, min(127, e + data.draw(st.integers(-2, 5)))) for e in local]
+    q, fits = quantize.quantize(rows.astype(np.float64), np.array(exponents), n)
+    s = [30 - math.ceil(math.log2(n)) - e for e in exponents]
+    for c, row in enumerate(values):
+        fit = local[c] <= exponents[c] and local[c] < 128
+        assert bool(fits[c]) == fit
+        assert q[c].tolist() == ([round(v * Fraction(2) ** s[c]) for v in row] if fit else [0] * len(row))
+    sums = data.draw(hnp.arrays(np.int32, rows.shape))
+    got = quantize.dequantize(sums, np.array(exponents), n)
+    assert [[Fraction(float(v)) for v in row] for row in got] == \
+        [[Fraction(int(v)) / Fraction(2) ** s[c] for v in row] for c, row in enumerate(sums)]

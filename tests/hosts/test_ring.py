@@ -17,7 +17,7 @@ from p4sim import Switch
 
 from hosts.inc import INC_K, OP_RING, OP_RING_ACK, IncHeader, pack, unpack
 from hosts.inprocess import Faults, InProcessFabric
-from hosts.ring import SACK_SEQS, RingConfig, RingStats, RingWorker
+from hosts.ring import RingConfig, RingStats, RingWorker
 from hosts.transport import UdpPeerTransport
 from tests.hosts.conftest import counter, host, install_forwarding
 
@@ -304,7 +304,7 @@ class QueuePeers:
         peer, payload = self.sent.get(timeout=5)
         header, elements = unpack(payload)
         assert (peer, header.opcode, header.worker_id, header.seq) == (0, OP_RING_ACK, 1, cumulative)
-        expected = np.zeros(SACK_SEQS // 32, np.uint32)
+        expected = np.zeros(INC_K, np.uint32)      # K words of 32 bits
         for s in above:
             d = s - cumulative - 1
             expected[d // 32] |= np.uint32(1 << (d % 32))
@@ -335,7 +335,7 @@ def test_ack_bitmap_lists_exactly_the_chunks_received_above_the_hole() -> None:
         peers.chunk(2)       # fills the hole: 0..3 in order, 40 still above it
         peers.chunk(3)       # seen before: the sender may lack an ack
         peers.expect_ack(4, [40])
-        last_bit = 4 + SACK_SEQS
+        last_bit = 4 + 32 * INC_K
         peers.chunk(last_bit + 1)
         peers.expect_ack(4, [40])
         peers.chunk(last_bit)

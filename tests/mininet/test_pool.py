@@ -60,9 +60,11 @@ class PoolStar:
             responses = p4runtime_pb2_grpc.P4RuntimeStub(channel).Read(request, timeout=30)
             return sum(e.counter_entry.data.packet_count for r in responses for e in r.entities)
 
-    def start_job(self, name: str, hosts: list[str], calls: list[list[np.ndarray]],
-                  *extra: str) -> list[subprocess.Popen]:
-        """Rank r of the job runs in hosts[r] and AllReduces calls[c][r] for each call c."""
+    def start_job(self, name: str, hosts: list[str], calls: list[list[np.ndarray]], *extra: str,
+                  rounds: int = 1) -> list[subprocess.Popen]:
+        """Rank r of the job runs in hosts[r] and AllReduces calls[c][r] for each call c, `rounds`
+        times over (a job that must outlast another's start-up: the compiled engine on p4sim's
+        C backend does 100k elements in tens of milliseconds)."""
         topo = self.fabric.topo
         master = f"{topo.hosts[hosts[0]].address}:{free_port()}"
         procs = []
@@ -71,6 +73,7 @@ class PoolStar:
             for c, call in enumerate(calls):
                 inputs += ["--input", str(self.work_dir / f"{name}-r{r}-in{c}.npy")]
                 np.save(inputs[-1], call[r])
+            inputs *= rounds
             cmd = [sys.executable, "-m", "hosts.dist_worker", "--rank", str(r), "--world-size", str(len(hosts)),
                    "--master", master, "--pool", self.address, "--interface", topo.hosts[host].intf,
                    "--window", str(WINDOW), *inputs, "--output", str(self.work_dir / f"{name}-r{r}.npy"), *extra]
@@ -137,46 +140,53 @@ def int_calls(seed: int, ranks: int, length: int, n_calls: int) -> list[list[np.
 
 
 def assert_exact(results: list[list], calls: list[list[np.ndarray]]) -> None:
+    """Every rank's result of every call (the calls over again, as start_job's rounds) is numpy's sum."""
     for per_rank in results:
-        for c, call in enumerate(calls):
-            np.testing.assert_array_equal(per_rank[c], np.sum(call, axis=0, dtype=np.int32))
+        for c, result in enumerate(per_rank):
+            np.testing.assert_array_equal(result, np.sum(calls[c % len(calls)], axis=0, dtype=np.int32))
 
 
 @pytest.mark.parametrize("pool_star", TARGETS, indirect=True)
 def test_three_jobs_on_a_pool_for_two_the_third_runs_on_the_ring_and_all_are_exact(pool_star: PoolStar) -> None:
     length, n_calls = 100_000, 3
+    rounds = {"a": 20, "b": 20, "c": 1}      # a and b hold the pool for seconds after c has started
     jobs = {"a": ["h1", "h2"], "b": ["h3", "h4"], "c": ["h5", "h6"]}
     calls = {name: int_calls(i, 2, length, n_calls) for i, name in enumerate(jobs)}
     before = pool_star.switch_counter("MyIngress.contributions")
     running = {}
     try:
         for name in ("a", "b"):
-            running[name] = pool_star.start_job(name, jobs[name], calls[name])
+            running[name] = pool_star.start_job(name, jobs[name], calls[name], rounds=rounds[name])
         pool_star.wait_for_log("granted slots", count=2)
         running["c"] = pool_star.start_job("c", jobs["c"], calls["c"])     # while a and b hold the pool
-        done = {name: pool_star.finish_job(name, procs, n_calls) for name, procs in running.items()}
+        done = {name: pool_star.finish_job(name, procs, n_calls * rounds[name]) for name, procs in running.items()}
     finally:
         for procs in running.values():
             for proc in procs:
                 end_child(proc)
     added = pool_star.switch_counter("MyIngress.contributions") - before
-    log.info("backends %s; fallbacks %s; %d contributions", {n: [r["backend"] for r in d[0]] for n, d in done.items()},
-             {n: [r["fallbacks"] for r in d[0]] for n, d in done.items()}, added)
+    log.info("backends %s; fallbacks %s; %d contributions; seconds %s",
+             {n: [r["backend"] for r in d[0]] for n, d in done.items()},
+             {n: [r["fallbacks"] for r in d[0]] for n, d in done.items()}, added,
+             {n: [r["seconds"] for r in d[0]] for n, d in done.items()})
+    pool_log = pool_star.controller_log.read_text(errors="replace")
+    assert "released" not in pool_log.partition("refused (no_room")[0], (
+        f"a or b gave its slots back before c asked: the jobs did not overlap\n{pool_log[-2000:]}")
     for name, (reports, results) in done.items():
         assert_exact(results, calls[name])
         on_ring = name == "c"
         assert [(r["backend"], r["fallbacks"]) for r in reports] == [("ring", 1) if on_ring else ("inc", 0)] * 2
     assert "the slot pool refused the job (no_room" in done["c"][0][0]["stderr"]
     # a and b summed every chunk in the switch (plus a probe and a closing call per rank); c sent it nothing.
-    assert added == 2 * 2 * (n_calls * -(-length // INC_K) + 2)
+    assert added == 2 * 2 * (rounds["a"] * n_calls * -(-length // INC_K) + 2)
 
 
 @pytest.mark.parametrize("pool_star", TARGETS, indirect=True)
 def test_switch_killed_mid_call_the_job_finishes_on_the_ring_with_the_exact_sum(pool_star: PoolStar) -> None:
-    length, n_calls, ranks = 300_000, 2, 4
+    length, n_calls, ranks, rounds = 300_000, 2, 4, 5      # rounds: still running when the switch dies
     calls = int_calls(7, ranks, length, n_calls)
     before = pool_star.switch_counter("MyIngress.contributions")
-    procs = pool_star.start_job("k", ["h1", "h2", "h3", "h4"], calls, "--give-up-after", "10")
+    procs = pool_star.start_job("k", ["h1", "h2", "h3", "h4"], calls, "--give-up-after", "10", rounds=rounds)
     try:
         pool_star.wait_for_log("granted slots")
         for _ in range(600):
@@ -189,7 +199,7 @@ def test_switch_killed_mid_call_the_job_finishes_on_the_ring_with_the_exact_sum(
         s1.stop(deleteIntfs=False)
         s1.start([])                        # the same command: no pipeline until the controller's watch
         killed = time.monotonic()
-        reports, results = pool_star.finish_job("k", procs, n_calls)
+        reports, results = pool_star.finish_job("k", procs, n_calls * rounds)
         finished = time.monotonic() - killed
     finally:
         for proc in procs:

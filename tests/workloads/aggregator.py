@@ -30,8 +30,9 @@ class _Round:
 class LoopbackAggregator:
     """Serves one job of `num_workers` on 127.0.0.1 until closed; `address` is (ip, port)."""
 
-    def __init__(self, job_id: int, num_workers: int) -> None:
+    def __init__(self, job_id: int, num_workers: int, k: int = INC_K) -> None:
         self.job_id = job_id
+        self.k = k                  # the job's elements per packet
         self.num_workers = num_workers
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.bind(("127.0.0.1", 0))
@@ -53,12 +54,12 @@ class LoopbackAggregator:
         while not self._stop.is_set():
             try:
                 data, sender = self.sock.recvfrom(2048)
-                header, elements = unpack(data)
+                header, elements = unpack(data, self.k)
             except (TimeoutError, IncFormatError):
                 continue
             if header.opcode not in (OP_CONTRIB, OP_JOIN) or header.job_id != self.job_id:
                 continue
-            r = self._rounds.setdefault(header.seq, _Round(np.zeros(INC_K, np.int32)))
+            r = self._rounds.setdefault(header.seq, _Round(np.zeros(self.k, np.int32)))
             if r.result is not None:
                 self.sock.sendto(self._answer(r, header.worker_id), sender)
                 continue
@@ -83,10 +84,9 @@ class LoopbackAggregator:
                 for worker, address in r.senders.items():
                     self.sock.sendto(self._answer(r, worker), address)
 
-    @staticmethod
-    def _answer(r: _Round, worker: int) -> bytes:
+    def _answer(self, r: _Round, worker: int) -> bytes:
         """The round's result for `worker`: the data, or an ACK (Reduce's non-roots, Barrier)."""
         header = replace(r.result, worker_id=worker)
         if header.collective == COLL_BARRIER or (header.collective == COLL_REDUCE and worker != header.root):
             return pack_header(replace(header, opcode=OP_ACK))
-        return pack(header, r.sums)
+        return pack(header, r.sums, self.k)

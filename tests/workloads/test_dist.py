@@ -17,6 +17,8 @@ import pytest
 
 from hosts import dist
 from hosts.dist import DistError, LaunchEnv, Options, ReduceOp
+from hosts.engine import unavailable
+from hosts.inc import INC_K
 from tests.workloads.aggregator import LoopbackAggregator
 from workloads.decoder import DecoderConfig, compare, prompt_tokens, reference_generate
 
@@ -120,6 +122,38 @@ def test_rank_and_world_size_come_from_torchrun_or_open_mpi_variables():
         LaunchEnv.from_environ({"WORLD_SIZE": "2", "MASTER_ADDR": "x", "MASTER_PORT": "1"})
     with pytest.raises(DistError, match="rank 5 is not in 0..3"):
         LaunchEnv.from_environ({"RANK": "5", "WORLD_SIZE": "4", "MASTER_ADDR": "x", "MASTER_PORT": "1"})
+
+
+def test_elements_per_packet_and_engine_come_from_p4inc_variables():
+    options = Options.from_environ({"P4INC_ELEMENTS_PER_PACKET": "7", "P4INC_ENGINE": "python"})
+    assert (options.elements_per_packet, options.engine) == (7, "python")
+    assert (Options.from_environ({}).elements_per_packet, Options.from_environ({}).engine) == (INC_K, "c")
+    for env, message in (({"P4INC_ELEMENTS_PER_PACKET": "0"}, "P4INC_ELEMENTS_PER_PACKET: elements per packet"),
+                         ({"P4INC_ELEMENTS_PER_PACKET": "x"}, "malformed"),
+                         ({"P4INC_ENGINE": "fortran"}, "P4INC_ENGINE must be one of c, python")):
+        with pytest.raises(DistError, match=message):
+            Options.from_environ(env)
+
+
+@pytest.mark.parametrize("engine", ["c", "python"])
+@pytest.mark.parametrize("backend", ["inc", "ring"])
+def test_a_job_of_seven_elements_per_packet_sums_on_either_engine(backend, engine):
+    """The job's K reaches the workers: the stand-in switch reads 7 elements a packet and
+    answers one result per 7; the engine asked for is the one the calls run on."""
+    rng = np.random.default_rng(7)
+    ints = [rng.integers(-1000, 1000, 100, dtype=np.int32) for _ in range(3)]
+    agg = LoopbackAggregator(job_id=1, num_workers=3, k=7)
+    try:
+        options = Options(aggregator=agg.address, timeout=0.05, elements_per_packet=7, engine=engine)
+        results = on_every_rank(3, options, lambda g: (g.engine, g.all_reduce(ints[g.rank])), backend)
+    finally:
+        agg.close()
+    expected_engine = "python" if engine == "python" or unavailable() is not None else "c"
+    for group, (used, summed) in results:
+        assert group.backend == backend and used == expected_engine
+        np.testing.assert_array_equal(summed, np.sum(ints, axis=0))
+    # inc: the probe's one packet, then 100 elements in 15 packets of 7; the ring never asks the switch
+    assert agg.results == (1 + 15 if backend == "inc" else 0)
 
 
 def test_the_torch_shaped_functions_work_in_place_on_the_default_group(monkeypatch):

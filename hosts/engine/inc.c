@@ -1,0 +1,616 @@
+/* One INC call (hosts/agent.py's Worker._exchange and its _Call classes), from the first
+ * packet to the result in the caller's array. The chunk each item carries, its seq, slot,
+ * version, exponent, need and flags are exactly what the Python path sends (docs/protocol.md,
+ * "The host, per allreduce"), so C and Python workers can share a job; when packets go and
+ * come (batches, timers) may differ, which the protocol allows.
+ */
+#include "internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <arpa/inet.h>
+
+#define REORDER_THRESHOLD 3          /* hosts/agent.py: later results before a chunk's is a loss */
+
+enum { FREE = 0, IN_FLIGHT = 1, PENDING = 2 };
+
+typedef struct {
+    int64_t index, chunk;
+    int64_t seq;                     /* unwrapped: the call's first seq + index */
+    double first_sent, last_sent, timer_from, timer;
+    int64_t sends;
+    int fast, expired, state;
+    int flags, need;                 /* its result's, while it waits to be taken in item order */
+    uint8_t *payload;
+    int payload_len;
+} item_t;
+
+typedef struct {
+    inc_engine *e;
+    inc_call *c;
+    int64_t m, k, slots;             /* chunks; elements per chunk; item buffers (ring) */
+    int64_t size_last;               /* elements in the last chunk */
+    item_t *items;
+    int64_t answered, next_item, in_flight;
+    int done;
+    int32_t *sums;                   /* m * k, what the results carried */
+    double first_sent, started;
+    struct sockaddr_in agg;
+    send_batch out;
+    recv_batch *in;
+    int64_t bad_count;               /* chunks with OVERFLOW (int32, ordered, gather) */
+    /* ordered: the wire words; its NaN chunks */
+    int32_t *words;
+    uint8_t *has_nan;
+    /* float: block floating point (hosts/agent.py _Float32Call) */
+    double *values;                  /* m * k, widened */
+    int16_t *fits_at, *local, *agreed, *used;
+    int64_t *item_chunk, *item_basis;
+    uint8_t *item_redo;
+    int64_t fresh, known;
+    int64_t *redo_at, *redo_chunk, redo_head, redo_tail;
+    int64_t *failed, failed_count;
+    int has_first_pass_done;
+    double first_pass_done;
+    int32_t *quantized;              /* k: one chunk's wire values */
+} call_t;
+
+static int root_of(const call_t *t, int64_t chunk)
+{
+    return t->c->roots ? t->c->roots[chunk] : 0;
+}
+
+static int sends_data(const call_t *t, int64_t chunk)
+{
+    if (t->c->collective == COLL_BROADCAST)
+        return root_of(t, chunk) == t->e->worker_id;
+    return t->c->collective != COLL_BARRIER;
+}
+
+static int bounded_guess(int64_t exponent)
+{
+    return exponent < EXPONENT_MIN + 1 ? EXPONENT_MIN + 1 : exponent > EXPONENT_MAX ? EXPONENT_MAX : (int)exponent;
+}
+
+/* ---- which chunk item `index` carries (-1: none yet, or the call is done) ---- */
+
+static int64_t assign(call_t *t, int64_t index)
+{
+    if (t->c->kind != ENG_KIND_FLOAT) {
+        if (index < t->m)
+            return index;
+        t->done = t->answered == t->m;
+        return -1;
+    }
+    int64_t window = t->e->window;
+    if (t->redo_head < t->redo_tail
+            && (t->redo_at[t->redo_head] <= index || (t->fresh == t->m && t->answered == index))) {
+        int64_t chunk = t->redo_chunk[t->redo_head++];
+        t->used[chunk] = (int16_t)(t->agreed[chunk] < EXPONENT_MAX ? t->agreed[chunk] : EXPONENT_MAX);
+        t->item_chunk[index] = chunk;
+        t->item_basis[index] = t->used[chunk];
+        t->item_redo[index] = 1;
+        return chunk;
+    }
+    if (t->fresh < t->m) {
+        int64_t chunk = t->fresh++;
+        int64_t basis;
+        if (chunk < t->known) {
+            basis = t->used[chunk] - t->e->exponent_margin;
+        } else {        /* the exponent all workers agreed for the item this one's slot carried last */
+            int64_t earlier = index - window;
+            int64_t agreed = t->agreed[t->item_chunk[earlier]];
+            basis = agreed == EXPONENT_MIN ? t->item_basis[earlier] : agreed;
+            t->used[chunk] = (int16_t)bounded_guess(basis + t->e->exponent_margin);
+        }
+        t->item_chunk[index] = chunk;
+        t->item_basis[index] = basis;
+        t->item_redo[index] = 0;
+        return chunk;
+    }
+    t->done = t->answered == index && t->redo_head == t->redo_tail;
+    return -1;
+}
+
+/* ---- the packet of item (chunk, seq) ---- */
+
+static int build_packet(call_t *t, int64_t chunk, int64_t seq, uint8_t *out)
+{
+    inc_engine *e = t->e;
+    int64_t k = t->k;
+    int data = sends_data(t, chunk);
+    inc_header h = {.opcode = data ? OP_CONTRIB : OP_JOIN, .job_id = e->job_id, .worker_id = e->worker_id,
+                    .count = (int)(chunk < t->m - 1 ? k : t->size_last), .pool_version = (int)((seq / e->window) % 2),
+                    .slot = (int)(seq % e->window), .seq = (uint32_t)seq, .reduce_op = t->c->reduce_op,
+                    .collective = t->c->collective, .root = root_of(t, chunk)};
+    uint8_t *elements = out + INC_HEADER_SIZE;
+    switch (t->c->kind) {
+    case ENG_KIND_FLOAT: {
+        int exponent = t->used[chunk];
+        h.exponent = exponent;
+        h.need = t->local[chunk];
+        int16_t e16 = (int16_t)exponent;
+        uint8_t fits;
+        eng_quantize(t->values + chunk * k, 1, k, &e16, e->num_workers, t->quantized, &fits);
+        h.flags = fits ? 0 : FLAG_OVERFLOW;
+        for (int64_t i = 0; i < k; i++)
+            put_be32(elements + 4 * i, (uint32_t)t->quantized[i]);
+        break;
+    }
+    case ENG_KIND_ORDERED:
+        h.flags = t->has_nan[chunk] ? FLAG_OVERFLOW : 0;
+        /* fall through */
+    default: {
+        if (!data)
+            break;
+        const int32_t *src = t->c->kind == ENG_KIND_ORDERED ? t->words : t->c->data;
+        int64_t n = chunk < t->m - 1 ? k : t->size_last;
+        for (int64_t i = 0; i < n; i++)
+            put_be32(elements + 4 * i, (uint32_t)src[chunk * k + i]);
+        memset(elements + 4 * n, 0, (size_t)(4 * (k - n)));
+    }
+    }
+    header_pack(&h, out);
+    return data ? (int)(INC_HEADER_SIZE + 4 * k) : INC_HEADER_SIZE;
+}
+
+/* ---- results, taken in item order ---- */
+
+static void answered_in_order(call_t *t, int64_t index, int64_t chunk, int flags, int need)
+{
+    if (t->c->kind != ENG_KIND_FLOAT) {
+        if (flags & FLAG_OVERFLOW)
+            t->c->bad_chunks[t->bad_count++] = chunk;
+        return;
+    }
+    t->agreed[chunk] = (int16_t)need;
+    int overflow = flags & FLAG_OVERFLOW;
+    if (t->item_redo[index]) {
+        if (overflow)
+            t->failed[t->failed_count++] = chunk;
+        return;
+    }
+    int too_coarse = EXPONENT_MIN < need && need < t->used[chunk] - t->e->exponent_slack;
+    if (overflow || too_coarse) {
+        t->redo_at[t->redo_tail] = index + t->e->window;
+        t->redo_chunk[t->redo_tail++] = chunk;
+        t->c->stats.redone_chunks++;
+    }
+    if (chunk == t->m - 1) {
+        t->first_pass_done = eng_now();
+        t->has_first_pass_done = 1;
+    }
+}
+
+static void record(call_t *t, item_t *it, int flags, int need, const uint8_t *payload)
+{
+    if (payload != NULL) {
+        int32_t *row = t->sums + it->chunk * t->k;
+        for (int64_t i = 0; i < t->k; i++)
+            row[i] = (int32_t)get_be32(payload + INC_HEADER_SIZE + 4 * i);
+    }
+    it->flags = flags;
+    it->need = need;
+    it->state = PENDING;
+    while (t->answered < t->next_item) {
+        item_t *next = &t->items[t->answered % t->slots];
+        if (next->state != PENDING || next->index != t->answered)
+            break;
+        answered_in_order(t, next->index, next->chunk, next->flags, next->need);
+        next->state = FREE;
+        t->answered++;
+    }
+}
+
+/* ---- sending and sending again ---- */
+
+static void resend(call_t *t, item_t *it)
+{
+    if (it->sends == 1)              /* the switch marks the round, so no worker samples a round trip from it */
+        it->payload[1] |= FLAG_RETRANSMIT;
+    batch_add(&t->out, it->payload, (size_t)it->payload_len, &t->agg);
+    it->sends++;
+    it->last_sent = it->timer_from = eng_now();
+    t->c->stats.packets_sent++;
+    t->c->stats.retransmits++;
+}
+
+/* The item a datagram answers (recorded), or NULL for anything else. */
+static item_t *take_result(call_t *t, const uint8_t *data, int len)
+{
+    inc_engine *e = t->e;
+    if (len < INC_HEADER_SIZE)
+        return NULL;
+    inc_header h;
+    header_unpack(data, &h);
+    int header_only = h.opcode == OP_JOIN || h.opcode == OP_ACK;
+    if (!header_only && len < INC_HEADER_SIZE + 4 * t->k)
+        return NULL;
+    if ((h.opcode != OP_RESULT && h.opcode != OP_ACK) || h.job_id != e->job_id)
+        return NULL;
+    uint32_t index = h.seq - (uint32_t)(e->next_seq & 0xFFFFFFFF);   /* item index, mod 2^32 */
+    item_t *it = index < (uint64_t)t->next_item ? &t->items[index % t->slots] : NULL;
+    if (it == NULL || it->state != IN_FLIGHT || it->index != (int64_t)index || h.slot != it->seq % e->window) {
+        t->c->stats.duplicate_results++;         /* answered already, or not ours */
+        return NULL;
+    }
+    t->in_flight--;
+    double now = eng_now();
+    if (now < e->live_since)
+        e->live_since = now;
+    /* Karn, a round that waited for a retransmission, and items sent before the job's first
+       result (their wait timed the slowest peer's start-up): no round-trip sample. */
+    if (it->sends == 1 && !(h.flags & FLAG_RETRANSMIT) && it->first_sent >= e->live_since)
+        rto_sample(&e->rto, now - it->first_sent);
+    cwnd_on_ack(&e->cwnd, it->seq);
+    if (!t->c->stats.results) {
+        t->c->stats.first_result_s = now - t->first_sent;
+        t->c->stats.has_first_result = 1;
+    }
+    t->c->stats.results++;
+    record(t, it, h.flags, h.need, h.opcode == OP_RESULT ? data : NULL);
+    return it;
+}
+
+/* Items sent before `answered` and REORDER_THRESHOLD or more older are lost: send each once
+   again now rather than after its timeout (TCP's fast retransmit). */
+static void resend_overtaken(call_t *t, int64_t index, double first_sent, int64_t highest)
+{
+    for (int64_t j = t->answered; j <= index - REORDER_THRESHOLD; j++) {
+        item_t *it = &t->items[j % t->slots];
+        if (it->state != IN_FLIGHT || it->index != j || it->fast || it->last_sent >= first_sent)
+            continue;
+        it->fast = 1;
+        t->c->stats.fast_retransmits++;
+        cwnd_on_loss(&t->e->cwnd, highest);
+        resend(t, it);
+    }
+}
+
+/* Items without a result for an RTO since they were sent and since the last progress: back
+   off, cut the window, send them again; give up on an item past the time budget. Returns
+   when the next timer is due, or -1 after a give-up (the call's status says which). */
+static double check_timers(call_t *t, double last_progress, int64_t highest)
+{
+    inc_engine *e = t->e;
+    double now = eng_now();
+    int64_t lo = t->answered, hi = t->next_item;
+    int expired = 0;
+    double longest = 0, oldest_sent = INFINITY;
+    for (int64_t j = lo; j < hi; j++) {
+        item_t *it = &t->items[j % t->slots];
+        if (it->state != IN_FLIGHT || it->index != j)
+            continue;
+        if (now - it->first_sent >= e->give_up_after) {
+            t->c->status = ENG_TIMEOUT;
+            t->c->timeout_seq = (uint64_t)it->seq & 0xFFFFFFFF;
+            t->c->timeout_chunk = it->chunk;
+            t->c->timeout_sends = it->sends;
+            t->c->timeout_waited = now - it->first_sent;
+            return -1;
+        }
+        it->expired = now >= fmax(it->timer_from, last_progress) + it->timer;
+        if (it->expired) {
+            expired++;
+            longest = fmax(longest, it->timer);
+            oldest_sent = fmin(oldest_sent, it->last_sent);
+        }
+    }
+    if (expired) {
+        t->c->stats.timeouts++;
+        double rto = rto_backoff(&e->rto, longest);
+        cwnd_on_timeout(&e->cwnd, highest);
+        /* Silence since all of them were sent: a peer has not started this call yet, or the
+           switch is gone. One probe says when that ends; a window of copies would only queue.
+           Every timer restarts with the probe's, so they do not expire one by one after it. */
+        int probe_only = last_progress < oldest_sent;
+        int sent_one = 0;
+        for (int64_t j = lo; j < hi; j++) {
+            item_t *it = &t->items[j % t->slots];
+            if (it->state != IN_FLIGHT || it->index != j)
+                continue;
+            if (probe_only) {
+                it->timer = rto;
+                it->timer_from = now;
+            }
+            if (!it->expired || (probe_only && sent_one))
+                continue;
+            it->timer = rto;
+            resend(t, it);
+            sent_one = 1;
+        }
+        batch_flush(&t->out);
+    }
+    double wake = INFINITY;
+    for (int64_t j = lo; j < hi; j++) {
+        item_t *it = &t->items[j % t->slots];
+        if (it->state == IN_FLIGHT && it->index == j)
+            wake = fmin(wake, fmin(fmax(it->timer_from, last_progress) + it->timer, it->first_sent + e->give_up_after));
+    }
+    return wake;
+}
+
+/* ---- the exchange (hosts/agent.py Worker._exchange) ---- */
+
+static void exchange(call_t *t)
+{
+    inc_engine *e = t->e;
+    eng_stats *stats = &t->c->stats;
+    int64_t window = e->window;
+    int64_t first_seq = (int64_t)e->next_seq;
+    double last_progress = eng_now();
+    double wake = INFINITY;          /* no timer is due before it; a stale one only wakes the loop early */
+    int drained = 0;                 /* the last read emptied the socket */
+    stats->setup_s = last_progress - t->started;
+    for (;;) {
+        /* Item j reuses item j - window's slot: it may go once items up to that one are answered. */
+        double t0 = eng_now();
+        int64_t first_new = t->next_item;
+        while (t->in_flight < cwnd_allowed(&e->cwnd) && t->next_item < t->answered + window) {
+            int64_t chunk = assign(t, t->next_item);
+            if (chunk < 0)
+                break;
+            item_t *it = &t->items[t->next_item % t->slots];
+            it->index = t->next_item;
+            it->chunk = chunk;
+            it->seq = first_seq + t->next_item;
+            it->sends = 1;
+            it->fast = 0;
+            it->state = IN_FLIGHT;
+            it->payload_len = build_packet(t, chunk, it->seq, it->payload);
+            batch_add(&t->out, it->payload, (size_t)it->payload_len, &t->agg);
+            t->next_item++;
+            t->in_flight++;
+            stats->packets_sent++;
+        }
+        if (t->next_item > first_new) {
+            batch_flush(&t->out);
+            double t1 = eng_now();
+            for (int64_t j = first_new; j < t->next_item; j++) {
+                item_t *it = &t->items[j % t->slots];
+                it->first_sent = it->last_sent = it->timer_from = t1;
+                it->timer = e->rto.rto;
+            }
+            if (first_new == 0)
+                t->first_sent = t1;
+            wake = fmin(wake, t1 + e->rto.rto);
+            stats->send_s += t1 - t0;
+        }
+        if (t->done)
+            return;
+        /* Results already here come first: a worker that was not scheduled for a while must
+           not take its own lateness for the switch's. */
+        t0 = eng_now();
+        int got = recv_some(t->in, e->fd, fmax(0.0, wake - t0), -1, drained);
+        drained = got < BATCH;
+        int progress = 0;
+        for (int i = 0; i < got; i++) {
+            int len;
+            const struct sockaddr_in *from;
+            const uint8_t *data = recv_data(t->in, i, &len, &from);
+            if (from->sin_addr.s_addr != t->agg.sin_addr.s_addr || from->sin_port != t->agg.sin_port)
+                continue;            /* another host sending look-alike results straight to this worker */
+            item_t *it = take_result(t, data, len);
+            if (it == NULL)
+                continue;
+            progress = 1;
+            last_progress = eng_now();
+            resend_overtaken(t, it->index, it->first_sent, first_seq + t->next_item - 1);
+        }
+        batch_flush(&t->out);
+        double t1 = eng_now();
+        stats->wait_s += t1 - t0;
+        if (!progress && t1 >= wake) {
+            wake = check_timers(t, last_progress, first_seq + t->next_item - 1);
+            stats->retransmit_s += eng_now() - t1;
+            if (wake < 0)
+                return;
+        }
+    }
+}
+
+/* ---- before and after ---- */
+
+/* The first window's bases: the last float call's agreed exponents (per chunk if it had as
+   many chunks, else their max; all-zero chunks take the max), 0 for the first call. */
+static void first_guesses(call_t *t)
+{
+    inc_engine *e = t->e;
+    int same = e->basis != NULL && e->basis_len == t->m;
+    t->known = same ? t->m : (t->m < e->window ? t->m : e->window);
+    int64_t largest = EXPONENT_MIN;
+    for (int64_t c = 0; e->basis != NULL && c < e->basis_len; c++)
+        largest = e->basis[c] > largest ? e->basis[c] : largest;
+    int64_t fallback = largest > EXPONENT_MIN ? largest : 0;
+    for (int64_t c = 0; c < t->known; c++) {
+        int64_t guess = e->basis == NULL ? 0 : same && e->basis[c] > EXPONENT_MIN ? e->basis[c] : fallback;
+        t->used[c] = (int16_t)bounded_guess(guess + e->exponent_margin);
+    }
+}
+
+static int cmp_int64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static void finish_float(call_t *t)
+{
+    inc_engine *e = t->e;
+    inc_call *c = t->c;
+    double t0 = eng_now();
+    if (t->has_first_pass_done && c->stats.redone_chunks)
+        c->stats.exponent_s = fmax(0.0, t0 - t->first_pass_done);
+    int16_t *basis = realloc(e->basis, (size_t)t->m * sizeof *basis);
+    if (basis != NULL) {
+        memcpy(basis, t->agreed, (size_t)t->m * sizeof *basis);
+        e->basis = basis;
+        e->basis_len = t->m;
+    }
+    if (t->failed_count) {
+        qsort(t->failed, (size_t)t->failed_count, sizeof *t->failed, cmp_int64);
+        memcpy(c->bad_chunks, t->failed, (size_t)t->failed_count * sizeof *t->failed);
+        c->bad_count = t->failed_count;
+        c->status = ENG_FLOAT_OVERFLOW;
+        return;
+    }
+    /* The sums, exact in doubles, rounded once into the dtype; each input fits its dtype, their
+       sum need not (N values near 2^127, or beyond float16's 65504). */
+    eng_dequantize(t->sums, t->m, t->k, t->used, e->num_workers, t->values);   /* the inputs are sent */
+    eng_narrow(c->dtype, t->values, c->size, c->out);
+    eng_widen(c->dtype, c->out, c->size, t->values);     /* which rounded sums are finite */
+    for (int64_t i = 0; i < c->size; i++) {
+        if (!isfinite(t->values[i])) {
+            c->bad_chunks[c->bad_count++] = i / t->k;
+            i = (i / t->k + 1) * t->k - 1;               /* on to the next chunk */
+        }
+    }
+    if (c->bad_count)
+        c->status = ENG_BEYOND_RANGE;
+    c->stats.finish_s = eng_now() - t0;
+}
+
+static void finish_words(call_t *t)
+{
+    inc_call *c = t->c;
+    double t0 = eng_now();
+    if (t->bad_count) {
+        c->bad_count = t->bad_count;
+        c->status = c->kind == ENG_KIND_ORDERED ? ENG_NOT_A_NUMBER : ENG_INT32_OVERFLOW;
+        return;
+    }
+    if (c->kind == ENG_KIND_ORDERED && c->dtype == ENG_DTYPE_FLOAT32)
+        eng_to_ordered(t->sums, c->size, c->out);
+    else
+        memcpy(c->out, t->sums, (size_t)c->size * 4);
+    c->stats.finish_s = eng_now() - t0;
+}
+
+#define TAKE(ptr, count) \
+    do { (ptr) = (void *)(arena + used); used += ((size_t)(count) * sizeof *(ptr) + 15) & ~(size_t)15; } while (0)
+
+int inc_run(inc_engine *e, inc_call *c)
+{
+    call_t t = {.e = e, .c = c, .k = e->k, .started = eng_now()};
+    c->status = ENG_OK;
+    c->bad_count = 0;
+    memset(&c->stats, 0, sizeof c->stats);
+    if (c->size <= 0)
+        return c->status;
+    t.m = (c->size + t.k - 1) / t.k;
+    t.size_last = c->size - (t.m - 1) * t.k;
+    t.first_sent = t.started;
+    int is_float = c->kind == ENG_KIND_FLOAT;
+    int64_t max_items = is_float ? 2 * t.m : t.m;
+    t.slots = max_items < e->window ? max_items : e->window;
+    size_t packet = (size_t)(INC_HEADER_SIZE + 4 * t.k);
+    if (e->receive == NULL) {
+        recv_batch *in = malloc(sizeof *in);
+        if (in == NULL || recv_init(in, packet) != 0) {
+            free(in);
+            c->status = ENG_NO_MEMORY;
+            return c->status;
+        }
+        e->receive = in;
+    }
+    t.in = e->receive;
+    /* The call's memory, in one block kept by the engine: sizes first, then the pointers into it. */
+    size_t need = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass && need > e->scratch_size) {
+            free(e->scratch);
+            e->scratch_size = 0;
+            e->scratch = malloc(need);
+            if (e->scratch == NULL) {
+                c->status = ENG_NO_MEMORY;
+                return c->status;
+            }
+            e->scratch_size = need;
+        }
+        uint8_t *arena = pass ? e->scratch : NULL;
+        size_t used = 0;
+        TAKE(t.items, t.slots);
+        uint8_t *payloads;
+        TAKE(payloads, (size_t)t.slots * packet);
+        TAKE(t.sums, t.m * t.k);
+        TAKE(t.quantized, t.k < 2 ? 2 : t.k);
+        if (c->kind == ENG_KIND_ORDERED) {
+            TAKE(t.words, t.m * t.k);
+            TAKE(t.has_nan, t.m);
+        }
+        if (is_float) {
+            TAKE(t.values, t.m * t.k);
+            TAKE(t.fits_at, t.m);
+            TAKE(t.local, t.m);
+            TAKE(t.agreed, t.m);
+            TAKE(t.used, t.m);
+            TAKE(t.item_chunk, max_items);
+            TAKE(t.item_basis, max_items);
+            TAKE(t.item_redo, max_items);
+            TAKE(t.redo_at, t.m);
+            TAKE(t.redo_chunk, t.m);
+            TAKE(t.failed, t.m);
+        }
+        if (!pass) {
+            need = used;
+            continue;
+        }
+        memset(t.items, 0, (size_t)t.slots * sizeof *t.items);
+        for (int64_t i = 0; i < t.slots; i++)
+            t.items[i].payload = payloads + (size_t)i * packet;
+        memset(t.sums, 0, (size_t)(t.m * t.k) * sizeof *t.sums);   /* zeros stay where only an ACK came back */
+        t.agg = (struct sockaddr_in){.sin_family = AF_INET, .sin_port = e->agg_port, .sin_addr.s_addr = e->agg_addr};
+        t.out = (send_batch){.fd = e->fd, .counters = &e->counters};
+        if (c->kind == ENG_KIND_ORDERED) {
+            const int32_t *bits = c->data;
+            if (c->dtype == ENG_DTYPE_FLOAT32)
+                eng_to_ordered(bits, c->size, t.words);
+            else
+                memcpy(t.words, bits, (size_t)c->size * 4);
+            memset(t.has_nan, 0, (size_t)t.m);
+            for (int64_t i = 0; c->dtype == ENG_DTYPE_FLOAT32 && i < c->size; i++) {
+                uint32_t b = (uint32_t)bits[i];
+                if ((b & 0x7F800000u) == 0x7F800000u && (b & 0x7FFFFFu))
+                    t.has_nan[i / t.k] = 1;
+            }
+        }
+        if (is_float) {
+            memset(t.values, 0, (size_t)(t.m * t.k) * sizeof *t.values);
+            eng_widen(c->dtype, c->data, c->size, t.values);
+            eng_chunk_exponents(t.values, t.m, t.k, t.fits_at);
+            for (int64_t ch = 0; ch < t.m; ch++) {
+                t.local[ch] = t.fits_at[ch] < EXPONENT_MAX ? t.fits_at[ch] : EXPONENT_MAX;
+                t.agreed[ch] = EXPONENT_MIN;
+                t.used[ch] = 0;
+            }
+            first_guesses(&t);
+        }
+        exchange(&t);
+        e->next_seq += (uint64_t)t.next_item;
+        if (c->status == ENG_OK)
+            (is_float ? finish_float : finish_words)(&t);
+    }
+    c->stats.total_s = eng_now() - t.started;
+    return c->status;
+}
+
+inc_engine *inc_new(void)
+{
+    inc_engine *e = calloc(1, sizeof *e);
+    if (e != NULL)
+        e->live_since = INFINITY;
+    return e;
+}
+
+void inc_free(inc_engine *e)
+{
+    if (e == NULL)
+        return;
+    free(e->basis);
+    free(e->scratch);
+    if (e->receive != NULL)
+        recv_free(e->receive);
+    free(e->receive);
+    free(e);
+}

@@ -1,0 +1,78 @@
+/* What the engine's files share and Python does not call. */
+#ifndef HOSTS_ENGINE_INTERNAL_H
+#define HOSTS_ENGINE_INTERNAL_H
+
+#define _GNU_SOURCE
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <netinet/in.h>
+
+#include "engine.h"
+
+/* The protocol's numbers (protocol/: INC_VERSION, INC_HEADER_SIZE, OP_*, FLAG_*, COLL_*) and
+   hosts/quantize.py's (EXPONENT_MIN, EXPONENT_MAX, WIRE_BITS) come from Python as -D flags
+   (hosts/engine/__init__.py: DEFINES), so C has no copy of them to fall out of step. */
+#ifndef INC_VERSION
+#error "build the engine through hosts/engine/__init__.py, which passes the protocol's constants"
+#endif
+
+#define BATCH 64                     /* datagrams per sendmmsg / recvmmsg */
+#define SEND_PATIENCE_S 0.05         /* hosts/transport.py: a refused send waits this long, then is lost */
+
+double eng_now(void);
+
+void rto_init(eng_rto *r, double initial, double min_rto, double max_rto);
+void rto_sample(eng_rto *r, double rtt);
+double rto_backoff(eng_rto *r, double used);
+void cwnd_init(eng_cwnd *c, int64_t limit, double minimum);
+int64_t cwnd_allowed(const eng_cwnd *c);
+void cwnd_on_ack(eng_cwnd *c, int64_t seq);
+void cwnd_on_loss(eng_cwnd *c, int64_t highest_sent);
+void cwnd_on_timeout(eng_cwnd *c, int64_t highest_sent);
+
+/* The 16 header bytes, big-endian (hosts/inc.py pack_header). */
+typedef struct {
+    int opcode, flags, job_id, worker_id, count, pool_version, slot;
+    uint32_t seq;
+    int exponent, need, reduce_op, collective, root;
+} inc_header;
+
+void header_pack(const inc_header *h, uint8_t *out);
+void header_unpack(const uint8_t *in, inc_header *h);
+void put_be32(uint8_t *out, uint32_t v);
+uint32_t get_be32(const uint8_t *in);
+
+/* Batched datagrams on a non-blocking UDP socket. */
+typedef struct {
+    int fd;
+    eng_counters *counters;
+    struct mmsghdr msgs[BATCH];
+    struct iovec iov[BATCH];
+    struct sockaddr_in names[BATCH];
+    int count;
+} send_batch;
+
+typedef struct {
+    struct mmsghdr msgs[BATCH];
+    struct iovec iov[BATCH];
+    struct sockaddr_in names[BATCH];
+    uint8_t *buffers;                /* BATCH * size */
+    size_t size;                     /* bytes per datagram read: a whole packet of the job's K */
+} recv_batch;
+
+void batch_add(send_batch *b, const uint8_t *data, size_t len, const struct sockaddr_in *to);
+void batch_flush(send_batch *b);
+int recv_init(recv_batch *r, size_t size);
+void recv_free(recv_batch *r);
+/* Up to BATCH datagrams, waiting at most `timeout` seconds (0: only what is there) for the first;
+   wake_fd (or -1) ends the wait early when readable. Returns how many, or -1 if interrupted.
+   `drained`: the last read found the socket empty, so wait before reading (one system call
+   fewer per datagram when they come one at a time). */
+int recv_some(recv_batch *r, int fd, double timeout, int wake_fd, int drained);
+const uint8_t *recv_data(const recv_batch *r, int i, int *len, const struct sockaddr_in **from);
+
+int quantize_scale(int num_workers, int exponent);
+int chunk_exponent(const double *row, int64_t k);
+
+#endif

@@ -1,0 +1,278 @@
+"""The compiled engine (hosts/engine) against the Python path it must equal: jobs of C workers,
+of Python workers and of both, on real UDP sockets through p4sim in process (tests/hosts/bridge.py),
+with loss, duplication and reordering, run the same calls (every collective, op and dtype, the
+errors included). Every job must give every worker the same bits, and every worker must put
+the same packets on the wire whichever engine it runs: per seq, the same header and elements
+(retransmissions aside, which only add the RETRANSMIT flag).
+"""
+from __future__ import annotations
+
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+import pytest
+from p4sim import Program, Switch
+
+from hosts import engine
+from hosts.agent import IncOverflowError, IncTimeoutError, JobConfig, Worker
+from hosts.inc import FLAG_RETRANSMIT, HEADER_SIZE, INC_K, unpack_header
+from hosts.inprocess import Faults, InProcessFabric
+from hosts.numerics import BFLOAT16
+from hosts.transport import UdpTransport
+from tests.hosts.bridge import UdpBridge, free_udp_port, loopback_ip
+from tests.hosts.conftest import Job, host, install_forwarding, install_job
+from tests.hosts.documented import exact_result, steady_exponents
+from tests.hosts.test_allreduce import wide_range
+
+LOSSY = Faults(loss=0.04, duplicate=0.04, reorder=0.1, max_delay=0.003, seed=5)
+N = 4
+
+Call = Callable[[Worker, int], Any]
+
+
+@dataclass
+class JobRun:
+    results: list[list[Any]]          # [call][worker]: the result, None, or the IncOverflowError raised
+    sent: list[dict[int, bytes]]      # [worker]: seq -> the payload it sent for it, RETRANSMIT cleared
+    resent: list[int]                 # [worker]: payloads it sent more than once
+    engines: list[str]                # what each worker ran on
+
+
+def run_job(program: Program, engines: list[str], calls: list[Call], faults: Faults = Faults(),
+            window: int = 8, **config: Any) -> JobRun:
+    """Every call on every worker of a fresh job (worker w on engines[w]) through a fresh switch."""
+    n = len(engines)
+    switch = Switch(program)
+    job = Job(job_id=3, hosts=tuple(host(i) for i in range(1, n + 1)), num_slots=window)
+    install_forwarding(switch, list(job.hosts))
+    install_job(switch, job)
+    port = free_udp_port()
+    with InProcessFabric(switch, list(job.hosts), faults) as fabric, UdpBridge(fabric, n, port) as bridge:
+        workers = [Worker(JobConfig(job.job_id, w, n, window=window, timeout=0.05, give_up_after=20, engine=e,
+                                    **config), UdpTransport(bridge.address, (loopback_ip(w), port)))
+                   for w, e in enumerate(engines)]
+        try:
+            def run(w: int) -> list[Any]:
+                out: list[Any] = []
+                for call in calls:
+                    try:
+                        out.append(call(workers[w], w))
+                    except IncOverflowError as e:
+                        out.append(e)
+                return out
+
+            with ThreadPoolExecutor(n) as pool:
+                per_worker = list(pool.map(run, range(n)))
+        finally:
+            for worker in workers:
+                worker.close()
+        sent = [distinct_packets(payloads) for payloads in bridge.sent]
+        resent = [len(payloads) - len(distinct) for payloads, distinct in zip(bridge.sent, sent)]
+    return JobRun([[per_worker[w][c] for w in range(n)] for c in range(len(calls))], sent, resent,
+                  [w.engine for w in workers])
+
+
+def distinct_packets(payloads: list[bytes]) -> dict[int, bytes]:
+    """seq -> payload, each retransmission the same packet but for its RETRANSMIT flag."""
+    out: dict[int, bytes] = {}
+    for p in payloads:
+        first = p[:1] + bytes([p[1] & ~FLAG_RETRANSMIT]) + p[2:]
+        seq = unpack_header(p, (len(p) - HEADER_SIZE) // 4).seq
+        assert out.setdefault(seq, first) == first, f"seq {seq} sent with different contents"
+    return out
+
+
+def same(a: Any, b: Any) -> bool:
+    """Bit for bit the same result, or the same error naming the same chunks."""
+    if isinstance(a, IncOverflowError) or isinstance(b, IncOverflowError):
+        return type(a) is type(b) and str(a) == str(b) and a.chunks == b.chunks
+    if a is None or b is None:
+        return a is b
+    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+def inputs(seed: int, size: int, dtype: np.dtype, scale: float = 100.0) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    if dtype == np.int32:
+        return [rng.integers(-2**24, 2**24, size, dtype=np.int32) for _ in range(N)]
+    return [(rng.standard_normal(size) * scale * 2.0 ** rng.integers(-8, 8, size)).astype(dtype) for _ in range(N)]
+
+
+def matrix_calls() -> list[Call]:
+    """Every collective, op and dtype once or more: first calls and repeated lengths (the exponent
+    guess from the last call), magnitudes that change (redone chunks), and every error."""
+    calls: list[Call] = []
+    seed = 0
+    for dtype in (np.dtype(np.int32), np.dtype(np.float32), np.dtype(np.float16), BFLOAT16):
+        for size, scale in ((1, 1.0), (INC_K + 1, 1.0), (300, 1.0), (300, 1e3 if dtype != np.float16 else 30.0)):
+            xs = inputs(seed := seed + 1, size, dtype, scale)
+            calls.append(lambda wk, w, xs=xs: wk.allreduce(xs[w]))
+    for op in ("min", "max"):
+        for dtype in (np.int32, np.float32):
+            xs = inputs(seed := seed + 1, 3 * INC_K + 7, np.dtype(dtype))
+            calls.append(lambda wk, w, xs=xs, op=op: wk.allreduce(xs[w], op))
+    xs = inputs(seed := seed + 1, 2 * INC_K, np.dtype(np.float32))
+    xs[2][INC_K + 3] = np.nan
+    calls.append(lambda wk, w, xs=xs: wk.allreduce(xs[w], "max"))
+    for dtype in (np.int32, np.float32, BFLOAT16):
+        xs = inputs(seed := seed + 1, N * (2 * INC_K + 5), np.dtype(dtype))
+        calls.append(lambda wk, w, xs=xs: wk.reduce_scatter(xs[w]))
+        calls.append(lambda wk, w, xs=xs: wk.reduce(xs[w], root=2))
+    xs = inputs(seed := seed + 1, 3 * INC_K - 5, np.dtype(np.float16))
+    calls.append(lambda wk, w, xs=xs: wk.broadcast(xs[w], root=1))
+    calls.append(lambda wk, w, xs=xs: wk.all_gather(xs[w][:INC_K + 2]))
+    calls.append(lambda wk, w: wk.barrier())
+    big = np.full(3 * INC_K, 2**30, np.int32)
+    calls.append(lambda wk, w: wk.allreduce(big))                       # int32 overflow
+    bad = np.ones(3 * INC_K, np.float32)
+    bad[INC_K + 1] = np.inf
+    calls.append(lambda wk, w: wk.allreduce(bad if w == 1 else np.ones(3 * INC_K, np.float32)))
+    halves = np.full(2 * INC_K, 40000.0, np.float16)
+    calls.append(lambda wk, w: wk.allreduce(halves))                    # beyond float16's range
+    calls.append(lambda wk, w: wk.allreduce(np.arange(5, dtype=np.int32)))   # still in step
+    return calls
+
+
+def assert_jobs_agree(runs: list[JobRun]) -> None:
+    reference = runs[0]
+    for run in runs:
+        for w in range(len(run.sent)):
+            for seq in sorted(set(run.sent[w]) | set(reference.sent[w])):
+                assert run.sent[w].get(seq) == reference.sent[w].get(seq), \
+                    f"worker {w} on {run.engines[w]} sent seq {seq} as {describe(run.sent[w].get(seq))}, " \
+                    f"on {reference.engines[w]} as {describe(reference.sent[w].get(seq))}"
+        for c, per_worker in enumerate(run.results):
+            for w, got in enumerate(per_worker):
+                assert same(got, reference.results[c][w]), f"call {c} worker {w} on {run.engines[w]}: {got!r}"
+
+
+def describe(payload: bytes | None) -> str:
+    return "nothing" if payload is None else f"{unpack_header(payload, (len(payload) - HEADER_SIZE) // 4)}"
+
+
+@pytest.fixture(scope="module")
+def compiled() -> None:
+    if engine.unavailable() is not None:
+        pytest.fail(f"the compiled engine does not build here: {engine.unavailable()}")
+
+
+def test_the_engine_is_chosen_for_udp_sockets_and_python_elsewhere(compiled: None, program: Program) -> None:
+    transport = UdpTransport(("127.0.0.1", 9), ("127.0.0.1", 0))
+    try:
+        assert Worker(JobConfig(1, 0, 2), transport).engine == "c"
+        assert Worker(JobConfig(1, 0, 2, engine="python"), transport).engine == "python"
+    finally:
+        transport.close()
+    with InProcessFabric(Switch(program), [host(1)]) as fabric:
+        assert Worker(JobConfig(1, 0, 1), fabric.transport(0)).engine == "python"
+    with pytest.raises(ValueError, match="engine must be one of c, python"):
+        JobConfig(1, 0, 2, engine="rust")
+
+
+def test_mixed_jobs_give_every_worker_the_same_bits_and_send_the_same_packets(compiled: None,
+                                                                            program: Program) -> None:
+    calls = matrix_calls()
+    runs = [run_job(program, engines, calls, LOSSY)
+            for engines in (["python"] * N, ["c"] * N, ["c", "python", "c", "python"])]
+    assert [r.engines for r in runs] == [["python"] * N, ["c"] * N, ["c", "python", "c", "python"]]
+    assert_jobs_agree(runs)
+    assert all(resent > 0 for run in runs for resent in run.resent), "the loss was not exercised"
+    results = runs[0].results
+    ints = [call[0] for call in results[:4]]       # the int32 sums: numpy's
+    assert all(r.dtype == np.int32 for r in ints)
+    np.testing.assert_array_equal(ints[2], np.sum(inputs(3, 300, np.dtype(np.int32)), axis=0, dtype=np.int32))
+    # The errors are the ones each call must raise (and the workers stayed in step after them).
+    assert results[-5] == [None] * N                                               # barrier
+    assert all("int32 sum overflowed in 3 chunk(s)" in str(r) for r in results[-4])
+    assert all(isinstance(r, IncOverflowError) and r.chunks == [1] for r in results[-3])   # inf
+    assert all("float16's range" in str(r) for r in results[-2])
+    np.testing.assert_array_equal(results[-1][0], np.arange(5, dtype=np.int32) * N)
+
+
+@pytest.mark.parametrize("k", [1, 7, 64])
+def test_other_elements_per_packet_agree_between_engines(compiled: None, program: Program, k: int) -> None:
+    """K is the job's: both engines cut, pack and read packets of k elements (through a
+    LoopbackAggregator, which takes any K, since the P4 program is built for its own)."""
+    from tests.workloads.aggregator import LoopbackAggregator
+    calls = matrix_calls()[:16]
+    runs = []
+    for engines in (["python"] * N, ["c", "python", "c", "python"]):
+        aggregator = LoopbackAggregator(job_id=1, num_workers=N, k=k)
+        workers = [Worker(JobConfig(1, w, N, window=8, timeout=0.05, elements_per_packet=k, engine=e),
+                          UdpTransport(aggregator.address, ("127.0.0.1", 0))) for w, e in enumerate(engines)]
+        try:
+            with ThreadPoolExecutor(N) as pool:
+                per_worker = list(pool.map(lambda w: [call(workers[w], w) for call in calls], range(N)))
+        finally:
+            for worker in workers:
+                worker.close()
+            aggregator.close()
+        assert [w.engine for w in workers] == engines
+        runs.append(per_worker)
+    for w in range(N):
+        for c in range(len(calls)):
+            assert same(runs[0][w][c], runs[1][w][c]), (w, c)
+    assert workers[0].last_stats.chunks == -(-300 // k)
+
+
+def test_a_missing_peer_times_out_with_the_python_path_s_error(compiled: None, program: Program) -> None:
+    switch = Switch(program)
+    job = Job(job_id=1, hosts=(host(1), host(2)), num_slots=2)
+    install_forwarding(switch, list(job.hosts))
+    install_job(switch, job)
+    port = free_udp_port()
+    with InProcessFabric(switch, list(job.hosts)) as fabric, UdpBridge(fabric, 2, port) as bridge:
+        worker = Worker(JobConfig(1, 0, 2, window=2, timeout=0.001, give_up_after=0.2),
+                        UdpTransport(bridge.address, (loopback_ip(0), port)))
+        try:
+            assert worker.engine == "c"
+            with pytest.raises(IncTimeoutError, match=r"job 1 worker 0: no result for seq 0 \(chunk 0 of the call\)"):
+                worker.allreduce(np.ones(5, np.int32))
+            assert worker.next_seq == 1 and worker.last_stats.timeouts > 0 and worker.last_stats.retransmits > 0
+        finally:
+            worker.close()
+
+
+def test_without_a_compiler_the_worker_runs_python_and_says_why_once(monkeypatch: pytest.MonkeyPatch,
+                                                                     caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setenv("CC", "/nonexistent/cc")
+    monkeypatch.setattr("shutil.which", lambda name: None)
+    engine.library.cache_clear()
+    engine.unavailable.cache_clear()
+    transport = UdpTransport(("127.0.0.1", 9), ("127.0.0.1", 0))
+    try:
+        with caplog.at_level(logging.WARNING, logger="hosts.engine"):
+            workers = [Worker(JobConfig(1, 0, 2), transport) for _ in range(3)]
+        assert [w.engine for w in workers] == ["python"] * 3
+        lines = [r.getMessage() for r in caplog.records if r.name == "hosts.engine"]
+        assert len(lines) == 1 and "no C compiler found" in lines[0] and "using the Python engine" in lines[0]
+    finally:
+        transport.close()
+        engine.library.cache_clear()
+        engine.unavailable.cache_clear()
+
+
+def test_sends_the_kernel_refuses_are_dropped_counted_and_named_in_the_timeout(compiled: None) -> None:
+    """A broadcast address without SO_BROADCAST: every send fails (EACCES), none raises."""
+    transport = UdpTransport(("255.255.255.255", 9), ("127.0.0.1", 0))
+    worker = Worker(JobConfig(1, 0, 2, window=4, timeout=0.005, min_rto=0.005, give_up_after=0.1), transport)
+    try:
+        assert worker.engine == "c"
+        with pytest.raises(IncTimeoutError, match=r"the socket last refused a send: Permission denied \(errno 13\)"):
+            worker.allreduce(np.ones(100, np.int32))
+        stats = worker.last_stats
+        assert stats.send_drops == stats.packets_sent > 4 and transport.counters.dropped == stats.send_drops
+    finally:
+        worker.close()
+
+
+@pytest.mark.parametrize("dtype", [np.dtype(np.float32), BFLOAT16], ids=str)
+def test_a_repeated_float_call_on_the_engine_is_the_documented_sum_bit_for_bit(compiled: None, program: Program,
+                                                                              dtype: np.dtype) -> None:
+    inputs = wide_range(np.random.default_rng(9), N, 10, dtype)
+    run = run_job(program, ["c"] * N, [lambda wk, w: wk.allreduce(inputs[w])] * 2)
+    expected = exact_result(inputs, steady_exponents(inputs))
+    assert all(out.tobytes() == expected.tobytes() for out in run.results[1])
