@@ -9,6 +9,10 @@ HOSTS ?= 4
 BUILD_DIR ?= build
 # SLOW=bmv2 (or bmv2-tenth): p4sim serves packets as slowly as BMv2's default build (or a tenth).
 SLOW ?=
+# INC_K=256: build allreduce.p4 with 256 elements per packet (a multiple of 32; empty: the program's
+# default, 32). MTU=9000: jumbo frames on every link (needed above K = 352); INC, ring and MPI share it.
+INC_K ?=
+MTU ?= 1500
 RESULTS ?= results
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
@@ -24,8 +28,9 @@ VENV_STAMP := $(VENV)/.p4inc-requirements
 APT_PACKAGES := mininet iputils-ping bridge-utils ethtool iproute2 tcpdump cpp nftables \
 	net-tools python3 python3-venv procps openmpi-bin libopenmpi-dev gcc libc6-dev
 
+WIDTH := --mtu $(MTU) $(if $(INC_K),--elements-per-packet $(INC_K))
 RUN := $(PY) -m topologies.run --topo $(TOPO) --hosts $(HOSTS) --target $(TARGET) --build-dir $(BUILD_DIR) \
-	$(if $(SLOW),--slow $(SLOW))
+	$(WIDTH) $(if $(SLOW),--slow $(SLOW))
 
 .PHONY: setup apt run demo test bench bench-collectives stop clean
 
@@ -60,8 +65,8 @@ test: $(VENV_STAMP)
 bench: $(VENV_STAMP)
 	$(PY) -m bench.p4sim -o $(RESULTS)/p4sim.json
 	$(PY) -m bench.host -o $(RESULTS)/host.json
-	$(PY) -m bench --budget --reps 50 --target $(TARGET) -o $(RESULTS)/budget.json
-	$(PY) -m bench --target $(TARGET) -o $(RESULTS)/bench.json $(BENCH_ARGS)
+	$(PY) -m bench --budget --reps 50 --target $(TARGET) $(WIDTH) -o $(RESULTS)/budget.json
+	$(PY) -m bench --target $(TARGET) $(WIDTH) -o $(RESULTS)/bench.json $(BENCH_ARGS)
 	$(PY) -m analysis $(RESULTS)/bench.json -o $(RESULTS)
 
 # The switch's Reduce, ReduceScatter, Broadcast, AllGather and Barrier against their host ring
@@ -69,7 +74,7 @@ bench: $(VENV_STAMP)
 # and a plot in $(RESULTS)/ (about 9 minutes on 2 cores; not part of `bench`). A quick look:
 # make bench-collectives BENCH_ARGS="--workers 4 --sizes 1024 --reps 1".
 bench-collectives: $(VENV_STAMP)
-	$(PY) -m bench.collectives --target $(TARGET) -o $(RESULTS)/collectives.json $(BENCH_ARGS)
+	$(PY) -m bench.collectives --target $(TARGET) $(WIDTH) -o $(RESULTS)/collectives.json $(BENCH_ARGS)
 
 # Ends what our fabrics recorded in $(BUILD_DIR)/run, then Mininet's own cleanup (`mn -c`).
 stop:
@@ -85,4 +90,4 @@ TP_WORKERS ?= 2 4 8
 TP_TOKENS ?= 16
 .PHONY: demo-tp
 demo-tp: $(VENV_STAMP)
-	$(PY) -m workloads.demo --target $(TARGET) --workers $(TP_WORKERS) --tokens $(TP_TOKENS) -o $(RESULTS)/tp.json
+	$(PY) -m workloads.demo --target $(TARGET) $(WIDTH) --workers $(TP_WORKERS) --tokens $(TP_TOKENS) -o $(RESULTS)/tp.json

@@ -94,8 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.elements < 1 or args.calls < 1:
         ap.error("--elements and --calls must be at least 1")
-    if not 1 <= args.window < 1 << 15:
-        ap.error(f"--window must be 1..32767 slots, not {args.window}")
+    if not 1 <= args.window < 1 << 11:
+        ap.error(f"--window must be 1..2047 slots, not {args.window}")
     if (why := unwritable(args.out)) is not None:
         ap.error(why)
     logging.basicConfig(level=logging.INFO, format="%(message)s")

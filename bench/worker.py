@@ -18,7 +18,7 @@ import time
 import numpy as np
 
 from hosts.agent import IncError, JobConfig, Worker
-from hosts.inc import OP_CONTRIB, OP_RESULT, RING_PORT, IncFormatError, IncHeader, pack, unpack_header
+from hosts.inc import INC_K, OP_CONTRIB, OP_RESULT, RING_PORT, IncFormatError, IncHeader, pack, unpack_header
 from hosts.ring import RingConfig, RingWorker
 from hosts.transport import UdpPeerTransport, UdpTransport
 from hosts.worker import check_generated
@@ -109,7 +109,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="comma-separated IPs of all workers in rank order (the ring's neighbours)")
     ap.add_argument("--window", type=int, default=16, help="slots / unacknowledged chunks in flight")
     ap.add_argument("--timeout", type=float, default=0.05, help="seconds before a chunk is resent")
+    ap.add_argument("--elements-per-packet", type=int, default=INC_K, metavar="K",
+                    help=f"the job's elements per packet, as the controller recorded it (default {INC_K})")
     args = ap.parse_args(argv)
+    if args.elements_per_packet != INC_K:
+        ap.error(f"the job carries {args.elements_per_packet} elements per packet, but this worker packs {INC_K}")
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     peers = args.peers.split(",")
     n = len(peers)

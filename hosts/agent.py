@@ -74,8 +74,8 @@ class JobConfig:
             raise ValueError(f"worker_id must be 0..{self.num_workers - 1}, not {self.worker_id}")
         if not 0 <= self.job_id < 1 << 16:
             raise ValueError(f"job_id must be 0..65535, not {self.job_id}")
-        if not 1 <= self.window < 1 << 15:
-            raise ValueError(f"window must be 1..32767 slots, not {self.window}")
+        if not 1 <= self.window < 1 << 11:      # the header's slot field has 11 bits
+            raise ValueError(f"window must be 1..2047 slots, not {self.window}")
         if not 0 < self.min_rto <= self.max_rto or self.timeout <= 0:
             raise ValueError(f"need timeout > 0 and 0 < min_rto <= max_rto, not {self.timeout}, "
                              f"{self.min_rto} and {self.max_rto}")

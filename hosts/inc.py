@@ -51,9 +51,9 @@ class Inc(Packet):
         FlagsField("flags", 0, 8, ["overflow", "resent", "partial", "retransmit"]),
         ShortField("job_id", 0),
         ByteField("worker_id", 0),
-        ByteField("count", None),            # None: the number of elements given
+        BitField("count", None, 12),         # None: the number of elements given
         BitField("pool_version", 0, 1),
-        BitField("slot", 0, 15),
+        BitField("slot", 0, 11),
         IntField("seq", 0),
         SignedByteField("exponent", 0),
         SignedByteField("need", 0),
@@ -66,7 +66,8 @@ class Inc(Packet):
     def post_build(self, pkt: bytes, pay: bytes) -> bytes:
         if self.count is None:
             count = 1 if self.opcode in HEADER_ONLY else min(len(self.elements or []), INC_K)
-            pkt = pkt[:5] + bytes([count]) + pkt[6:]
+            word = count << 12 | int.from_bytes(pkt[5:8], "big") & 0xFFF    # bytes 5-7: count, version, slot
+            pkt = pkt[:5] + word.to_bytes(3, "big") + pkt[8:]
         return pkt + pay
 
     def mysummary(self) -> str:
@@ -98,7 +99,7 @@ class IncHeader:
     root: int = 0
 
 
-_HEADER = struct.Struct("!BBHBBHIbbBB")
+_HEADER = struct.Struct("!BBHIIbbBB")    # bytes 4-7: worker_id 8, count 12, pool_version 1, slot 11
 _ELEMENTS = np.dtype(">i4")
 _ZERO_ELEMENTS = bytes(ELEMENT_BYTES)
 
@@ -119,7 +120,7 @@ def pack(header: IncHeader, elements: np.ndarray) -> bytes:
 def pack_header(header: IncHeader) -> bytes:
     """The 16 header bytes alone: a JOIN's payload, else followed by ELEMENT_BYTES of big-endian int32."""
     return _HEADER.pack((header.version << 4) | header.opcode, header.flags, header.job_id,
-                        header.worker_id, header.count, (header.pool_version << 15) | header.slot,
+                        header.worker_id << 24 | header.count << 12 | header.pool_version << 11 | header.slot,
                         header.seq, header.exponent, header.need, header.reduce_op,
                         (header.collective << 5) | header.root)
 
@@ -142,11 +143,11 @@ def unpack_header(payload: bytes) -> IncHeader:
     an ACK is the header alone)."""
     if len(payload) < HEADER_SIZE:
         raise IncFormatError(f"an INC payload has at least {HEADER_SIZE} bytes, this one {len(payload)}")
-    vo, flags, job, worker, count, vs, seq, exponent, need, reduce_op, cr = _HEADER.unpack_from(payload)
+    vo, flags, job, wcs, seq, exponent, need, reduce_op, cr = _HEADER.unpack_from(payload)
     if vo & 0xF not in HEADER_ONLY and len(payload) < PAYLOAD_SIZE:
         raise IncFormatError(f"an INC payload with data has {PAYLOAD_SIZE} bytes, this one {len(payload)}")
-    return IncHeader(opcode=vo & 0xF, job_id=job, worker_id=worker, count=count, slot=vs & 0x7FFF,
-                     pool_version=vs >> 15, seq=seq, flags=flags, exponent=exponent, need=need,
+    return IncHeader(opcode=vo & 0xF, job_id=job, worker_id=wcs >> 24, count=wcs >> 12 & 0xFFF, slot=wcs & 0x7FF,
+                     pool_version=wcs >> 11 & 1, seq=seq, flags=flags, exponent=exponent, need=need,
                      version=vo >> 4, reduce_op=reduce_op, collective=cr >> 5, root=cr & 0x1F)
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from hosts.agent import IncError, JobConfig, Worker
-from hosts.inc import AGG_IP, INC_PORT, RING_PORT
+from hosts.inc import AGG_IP, INC_K, INC_PORT, RING_PORT
 from hosts.matrix import COLLECTIVES, call_collective, run_matrix
 from hosts.numerics import REDUCE_DTYPES, SUM_DTYPES, SumCheck, check_sum
 from hosts.ring import RingConfig, RingWorker
@@ -122,6 +122,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=int, default=0,
                    help="untimed AllReduce calls first, e.g. to let every worker start and the timers learn "
                         "the round trip; not in the times or counts (default 0; same on every worker)")
+    p.add_argument("--elements-per-packet", type=int, default=INC_K, metavar="K",
+                   help="the job's elements per packet, as the controller recorded it from the switch program "
+                        f"(default {INC_K})")
     p.add_argument("--window", type=int, default=16, help="slots in flight, at most the job's slots (default 16)")
     p.add_argument("--timeout", type=float,
                    help="milliseconds before a chunk is sent again: inc, the first timeout until round trips "
@@ -246,6 +249,9 @@ def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -
             parser.error("--algorithm ring needs --peers with one IP per worker")
         if not 0 <= args.worker_id < len(args.peers):
             parser.error(f"--worker-id must be 0..{len(args.peers) - 1} (one per --peers entry), not {args.worker_id}")
+    if args.elements_per_packet != INC_K:
+        parser.error(f"the job carries {args.elements_per_packet} elements per packet, but this worker packs "
+                     f"{INC_K}: run a switch program built with INC_K={INC_K}")
     if args.timeout is not None and args.timeout <= 0:
         parser.error(f"--timeout must be positive milliseconds, not {args.timeout:g}")
     if args.max_rto < JobConfig.min_rto * 1000:

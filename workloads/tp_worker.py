@@ -1,6 +1,7 @@
 """One rank of the tensor-parallel decoder, as a launcher starts it: rank and world size come
 from the environment (torchrun's RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT or Open MPI's
-OMPI_COMM_WORLD_*), the collectives from hosts.dist. Writes this rank's tokens, logits slice
+OMPI_COMM_WORLD_*), the collectives from hosts.dist, or with --backend mpi Open MPI's own
+MPI_Allreduce and MPI_Allgather (mpi4py; started by mpirun), the external baseline. Writes this rank's tokens, logits slice
 and timings to OUT_DIR/rank<R>.npz; rank 0 prints one JSON line per generated token (progress)
 and a last line with the summary.
 
@@ -13,6 +14,7 @@ import json
 import logging
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -41,6 +43,38 @@ def model_config(args: argparse.Namespace) -> DecoderConfig:
                          max_positions=max(DecoderConfig.max_positions, args.prompt_length + args.tokens))
 
 
+@dataclass
+class MpiStats:
+    calls: int = 0
+
+
+class MpiGroup:
+    """The decoder's collectives as Open MPI's MPI_Allreduce and MPI_Allgather (mpi4py, TCP
+    between the ranks mpirun started): the baseline nobody here wrote."""
+    backend = "mpi"
+
+    def __init__(self) -> None:
+        from mpi4py import MPI      # only here: the other backends run without Open MPI
+        self._sum = MPI.SUM
+        self.comm = MPI.COMM_WORLD
+        self.rank, self.world_size = self.comm.rank, self.comm.size
+        self.stats = MpiStats()
+
+    def all_reduce(self, array: np.ndarray) -> np.ndarray:
+        array = np.ascontiguousarray(array)
+        result = np.empty_like(array)
+        self.comm.Allreduce(array, result, op=self._sum)
+        self.stats.calls += 1
+        return result
+
+    def all_gather(self, array: np.ndarray) -> list[np.ndarray]:
+        array = np.ascontiguousarray(array)
+        gathered = np.empty((self.world_size, *array.shape), array.dtype)
+        self.comm.Allgather(array, gathered)
+        self.stats.calls += 1
+        return list(gathered)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m workloads.tp_worker",
@@ -49,9 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "plus MASTER_ADDR/MASTER_PORT); P4INC_JOB_ID, P4INC_AGGREGATOR, P4INC_INTERFACE say "
                     "where the switch is (docs/multi_machine.md).")
     add_model_arguments(p)
-    p.add_argument("--backend", choices=dist.BACKENDS, default=os.environ.get("P4INC_BACKEND", "auto"),
-                   help="inc: the switch sums; ring: host ring; auto: the switch if it answers, else the ring "
-                        "(default $P4INC_BACKEND or auto)")
+    p.add_argument("--backend", choices=(*dist.BACKENDS, "mpi"), default=os.environ.get("P4INC_BACKEND", "auto"),
+                   help="inc: the switch sums; ring: host ring; auto: the switch if it answers, else the ring; "
+                        "mpi: Open MPI's MPI_Allreduce under mpirun (default $P4INC_BACKEND or auto)")
     p.add_argument("-o", "--out-dir", type=Path, required=True, help="where rank<R>.npz is written")
     return p
 
@@ -64,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(name)s %(levelname)s %(message)s")
     try:
         config = model_config(args)
-        group = dist.init_process_group(args.backend)
+        group = MpiGroup() if args.backend == "mpi" else dist.init_process_group(args.backend)
         config.check_world(group.world_size)
     except (ValueError, OSError, dist.DistError, IncError) as e:
         print(f"error: {e}", file=sys.stderr)
@@ -78,14 +112,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: rank {group.rank}: {e}", file=sys.stderr)
         return 1
     finally:
-        dist.destroy_process_group()
+        if args.backend != "mpi":
+            dist.destroy_process_group()
     args.out_dir.mkdir(parents=True, exist_ok=True)
     np.savez(args.out_dir / f"rank{group.rank}.npz", tokens=np.array(out.tokens),
              logits=np.array(out.logits), step_s=np.array([s.total for s in out.steps]),
              comm_s=np.array([s.comm for s in out.steps]))
     if group.rank == 0:
-        print(json.dumps({"done": True, "backend": group.backend, "fallbacks": group.stats.fallbacks,
-                          "calls": group.stats.calls}), flush=True)
+        print(json.dumps({"done": True, "backend": group.backend, "calls": group.stats.calls,
+                          "fallbacks": getattr(group.stats, "fallbacks", 0)}), flush=True)
     return 0
 
 

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from controller.allreduce import clear_slots, jobs_on_switch
+from controller.allreduce import jobs_on_switch
 from controller.control import push_pipeline
 from controller.errors import ControllerError
+from controller.install import clear_slots
 from controller.registers import P4RuntimeRegisters, ThriftRegisters
 from controller.switch import Switch
 

@@ -12,7 +12,7 @@ from hosts.inc import (AGG_IP, COLL_BARRIER, COLL_BROADCAST, COLL_REDUCE, OP_ACK
 
 HEADERS = [
     IncHeader(opcode=OP_CONTRIB, job_id=1, worker_id=0, count=1, slot=0, pool_version=0, seq=0),
-    IncHeader(opcode=OP_RESULT, job_id=0xFFFF, worker_id=31, count=INC_K, slot=0x7FFF, pool_version=1,
+    IncHeader(opcode=OP_RESULT, job_id=0xFFFF, worker_id=31, count=INC_K, slot=0x7FF, pool_version=1,
               seq=0xFFFFFFFF, flags=FLAG_OVERFLOW | FLAG_RESENT, exponent=-128, need=127),
     IncHeader(opcode=OP_CONTRIB, job_id=7, worker_id=3, count=17, slot=300, pool_version=1, seq=123456,
               exponent=5, need=-3),
@@ -65,7 +65,7 @@ def test_layer_is_bound_to_the_inc_port_both_ways() -> None:
 def test_layer_fills_count_and_pads_elements() -> None:
     raw = bytes(Inc(elements=[-1, 2, 3]))
     assert len(raw) == PAYLOAD_SIZE
-    assert raw[5] == 3
+    assert int.from_bytes(raw[5:8], "big") >> 12 == 3      # the 12-bit count
     assert raw[HEADER_SIZE:HEADER_SIZE + 12] == bytes.fromhex("ffffffff0000000200000003")
     assert raw[HEADER_SIZE + 12:] == bytes(4 * (INC_K - 3))
 

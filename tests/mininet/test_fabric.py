@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from topologies.cleanup import leftovers
+from topologies.fabric import leftovers
 from topologies.fabric import FabricError, Impairment
 from topologies.switches import SwitchError
 
