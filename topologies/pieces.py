@@ -147,6 +147,11 @@ def _run_workers(fabric: Fabric, job: JobSpec, args: list[list[str]],
     (worker, host, exit code, stdout, stderr) of each, in worker order. Workers still running
     after `timeout_s` (together) are ended; none outlives the call."""
     k = job_elements_per_packet(fabric.options.topology_path, job.job_id)
+    for w, worker_args in enumerate(args):
+        told = [worker_args[i + 1] for i, arg in enumerate(worker_args[:-1]) if arg == "--elements-per-packet"]
+        if any(t != str(k) for t in told):
+            raise PieceError(f"worker {w} of job {job.job_id} was to run with --elements-per-packet {told[-1]}, but "
+                             f"the switch program the controller installed the job on carries {k} elements per packet")
     procs: list[tuple[int, str, subprocess.Popen]] = []
     try:
         for w, (host, worker_args) in enumerate(zip(job.workers, args)):

@@ -1,7 +1,10 @@
 """A short tensor-parallel decoding in a Mininet star of 2 hosts on p4sim: the launcher-style
-workers generate the single-process reference's tokens, with INC and with the host ring."""
+workers generate the single-process reference's tokens, with INC, with the host ring and with
+Open MPI's MPI_Allreduce (mpirun) through the same switch."""
 import pytest
 
+from bench.mpi import mpi_missing
+from topologies.pieces import job_elements_per_packet
 from workloads.decoder import prompt_tokens, reference_generate
 from workloads.demo import run_decoder
 from workloads.tp_worker import build_parser, model_config
@@ -11,8 +14,10 @@ FLAGS = ["--layers", "4", "--hidden", "1024", "--prompt-length", "2", "--tokens"
 
 
 @pytest.mark.parametrize("inc_star", [2], indirect=True, ids=lambda n: f"N{n}")
-@pytest.mark.parametrize("backend", ["inc", "ring"])
+@pytest.mark.parametrize("backend", ["inc", "ring", "mpi"])
 def test_decoder_on_two_hosts_generates_the_reference_tokens(inc_star, backend, tmp_path):
+    if backend == "mpi" and (why := mpi_missing()):
+        pytest.skip(why)
     config = model_config(build_parser().parse_args([*FLAGS, "-o", str(tmp_path)]))
     reference = reference_generate(config, prompt_tokens(config, 2), 3)
     before = inc_star.counters()["MyIngress.contributions"]
@@ -21,6 +26,7 @@ def test_decoder_on_two_hosts_generates_the_reference_tokens(inc_star, backend, 
     assert run.backend == backend and len(run.step_s) == 3
     assert run.comparison.tokens_equal and run.comparison.ok, run.comparison
     added = inc_star.counters()["MyIngress.contributions"] - before
-    # Each of the 4 steps (1 prompt, 3 new) AllReduces 2 * layers + 1 vectors of 32 packets per worker.
-    steps, per_step = 4, (2 * config.layers + 1) * config.hidden // 32 * inc_star.n
+    # Each of the 4 steps (1 prompt, 3 new) AllReduces 2 * layers + 1 vectors of hidden / K packets per worker.
+    k = job_elements_per_packet(inc_star.fabric.options.topology_path, inc_star.job.job_id)
+    steps, per_step = 4, (2 * config.layers + 1) * config.hidden // k * inc_star.n
     assert added >= steps * per_step if backend == "inc" else added == 0
