@@ -279,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
         print("\ninterrupted: fabric stopped", file=sys.stderr)
         return 130
     summaries = [Summary.of([r for r in runs if (r.workers, r.backend) == key])
-                 for key in sorted({(r.workers, r.backend) for r in runs})]
+                 for key in sorted({(r.workers, r.backend) for r in runs}, key=lambda k: (k[0], BACKENDS.index(k[1])))]
     print_table(summaries)
     margin = min(r.comparison.min_margin for r in runs)
     tolerance = max(s.tolerance for s in summaries)
