@@ -13,12 +13,17 @@ from typing import Iterator
 import numpy as np
 import pytest
 
+from hosts.agent import JobConfig
 from tests.hosts.documented import documented_bound
 from tests.mininet.conftest import IncStar, inc_fabric
 from tests.mininet.test_allreduce import assert_int32_sums, float32_tensors, int32_tensors
 from topologies.fabric import Impairment
 
-pytestmark = pytest.mark.mininet
+# Until the hosts take K per job (JobConfig.elements_per_packet, the "hostengine" branch), a worker
+# packs 32 elements and refuses another K. Remove this guard when that lands.
+pytestmark = [pytest.mark.mininet,
+              pytest.mark.skipif(not hasattr(JobConfig, "elements_per_packet"),
+                                 reason="the hosts pack 32 elements per packet only (K per job is not merged yet)")]
 N = 4
 WIDTHS = [pytest.param((256, 1500), id="K256-mtu1500"), pytest.param((512, 9000), id="K512-mtu9000")]
 
