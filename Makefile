@@ -14,6 +14,10 @@ SLOW ?=
 # (default: c where a C compiler is present, else python).
 P4SIM_BACKEND ?=
 export P4SIM_BACKEND
+# INC_K=256: build allreduce.p4 with 256 elements per packet (a multiple of 32; empty: the program's
+# default, 32). MTU=9000: jumbo frames on every link (needed above K = 352); INC, ring and MPI share it.
+INC_K ?=
+MTU ?= 1500
 RESULTS ?= results
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
@@ -33,8 +37,9 @@ TORCH_STAMP := $(VENV)/.p4inc-requirements-torch
 APT_PACKAGES := mininet iputils-ping bridge-utils ethtool iproute2 tcpdump cpp nftables \
 	net-tools python3 python3-venv procps openmpi-bin libopenmpi-dev gcc libc6-dev
 
+WIDTH := --mtu $(MTU) $(if $(INC_K),--elements-per-packet $(INC_K))
 RUN := $(PY) -m topologies.run --topo $(TOPO) --hosts $(HOSTS) --target $(TARGET) --build-dir $(BUILD_DIR) \
-	$(if $(SLOW),--slow $(SLOW))
+	$(WIDTH) $(if $(SLOW),--slow $(SLOW))
 
 .PHONY: setup apt run demo test bench bench-collectives fuzz-p4sim stop clean mutation
 
@@ -73,8 +78,8 @@ test: $(VENV_STAMP)
 bench: $(VENV_STAMP)
 	$(PY) -m bench.p4sim -o $(RESULTS)/p4sim.json
 	$(PY) -m bench.host -o $(RESULTS)/host.json
-	$(PY) -m bench --budget --reps 50 --target $(TARGET) -o $(RESULTS)/budget.json
-	$(PY) -m bench --target $(TARGET) -o $(RESULTS)/bench.json $(BENCH_ARGS)
+	$(PY) -m bench --budget --reps 50 --target $(TARGET) $(WIDTH) -o $(RESULTS)/budget.json
+	$(PY) -m bench --target $(TARGET) $(WIDTH) -o $(RESULTS)/bench.json $(BENCH_ARGS)
 	$(PY) -m analysis $(RESULTS)/bench.json -o $(RESULTS)
 
 # The switch's Reduce, ReduceScatter, Broadcast, AllGather and Barrier against their host ring
@@ -82,7 +87,7 @@ bench: $(VENV_STAMP)
 # and a plot in $(RESULTS)/ (about 9 minutes on 2 cores; not part of `bench`). A quick look:
 # make bench-collectives BENCH_ARGS="--workers 4 --sizes 1024 --reps 1".
 bench-collectives: $(VENV_STAMP)
-	$(PY) -m bench.collectives --target $(TARGET) -o $(RESULTS)/collectives.json $(BENCH_ARGS)
+	$(PY) -m bench.collectives --target $(TARGET) $(WIDTH) -o $(RESULTS)/collectives.json $(BENCH_ARGS)
 
 # Differential testing of p4sim's backends on generated programs (tests/p4sim/p4fuzz.py): programs
 # SEED:0, SEED:1, ... for MINUTES, each on every backend; failing programs are kept and named.
@@ -121,7 +126,7 @@ TP_TOKENS ?= 16
 TP_IMPL ?= numpy
 .PHONY: demo-tp
 demo-tp: $(VENV_STAMP)
-	$(PY) -m workloads.demo --target $(TARGET) --impl $(TP_IMPL) --workers $(TP_WORKERS) --tokens $(TP_TOKENS) \
+	$(PY) -m workloads.demo --target $(TARGET) $(WIDTH) --impl $(TP_IMPL) --workers $(TP_WORKERS) --tokens $(TP_TOKENS) \
 		-o $(RESULTS)/$(if $(filter torch,$(TP_IMPL)),tp-torch,tp).json
 
 # DDP step time on a star of DDP_WORKERS hosts: the same training on gloo and on the p4inc

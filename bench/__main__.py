@@ -26,10 +26,12 @@ from tqdm import tqdm
 
 from hosts.args import unwritable
 from hosts.engine import ENGINES
-from hosts.inc import INC_K, MAX_WINDOW
+from hosts.inc import MAX_WINDOW
+from protocol import elements_per_packet_problem
 from topologies.fabric import Fabric, FabricError, FabricOptions
-from topologies.pieces import DEFAULT_PROGRAM, PieceError, compile_program, setup_controller
-from topologies.spec import TopologyError, star
+from topologies.pieces import (DEFAULT_PROGRAM, PieceError, compile_program, job_elements_per_packet,
+                               setup_controller)
+from topologies.spec import DEFAULT_MTU, TopologyError, star
 
 from .budget import budget_table, call_budget, call_cpu, call_time, numeric_stats
 from .environment import describe_environment
@@ -58,7 +60,9 @@ class Plan:
     timeout: float
     trial_timeout: float
     target: str
-    engine: str = "c"           # the INC and ring agents' engine (hosts/engine), the same for both
+    engine: str = "c"                        # the INC and ring agents' engine (hosts/engine), the same for both
+    mtu: int = DEFAULT_MTU                   # of every link: INC, ring and MPI share it
+    elements_per_packet: int | None = None   # to build the program with (None: its default)
 
     def reps_for(self, size: int) -> int:
         return self.reps if size <= SMALL_BYTES else self.reps_large
@@ -72,12 +76,13 @@ class Trials:
         job = fabric.topo.jobs[0]
         peers = ",".join(fabric.topo.hosts[h].address for h in job.workers)
         self.plan = plan
+        self.k = job_elements_per_packet(fabric.options.topology_path, job.job_id)   # ring chunks follow it
         self.logs: dict[int, Path] = {}      # by pid: where each process's stderr goes
         self.procs = [
             self._start(fabric, host, f"bench-{host}", [
                 sys.executable, "-m", "bench.worker", "--job-id", str(job.job_id), "--rank", str(rank),
                 "--peers", peers, "--window", str(plan.window), "--timeout", str(plan.timeout),
-                "--engine", plan.engine])
+                "--elements-per-packet", str(self.k), "--engine", plan.engine])
             for rank, host in enumerate(job.workers)]
         self.mpi: list[subprocess.Popen] = []
         if "mpi" in plan.algorithms:
@@ -168,7 +173,7 @@ def summarise(times: list[float], skews: list[float], cpus: list[float | None]) 
 
 
 def set_up(fabric: Fabric, plan: Plan, options: FabricOptions) -> Trials:
-    program = compile_program(plan.target, DEFAULT_PROGRAM, options.build_dir)
+    program = compile_program(plan.target, DEFAULT_PROGRAM, options.build_dir, plan.elements_per_packet)
     setup_controller(options.topology_path, options.build_dir, program, plan.target)
     trials = Trials(fabric, plan)
     for algorithm in plan.algorithms:          # warm up sockets, ARP, connections and code paths
@@ -183,7 +188,7 @@ def bench_workers(n: int, plan: Plan, options: FabricOptions, progress: tqdm) ->
     cpus: dict[tuple[str, int], list[float | None]] = {}
     totals: dict[tuple[str, int], dict[str, float]] = {}
     k = len(plan.algorithms)
-    with Fabric(star(n), options) as fabric:
+    with Fabric(star(n, mtu=plan.mtu), options) as fabric:
         trials = set_up(fabric, plan, options)
         for size in plan.sizes:
             for rep in range(plan.reps_for(size)):
@@ -197,9 +202,17 @@ def bench_workers(n: int, plan: Plan, options: FabricOptions, progress: tqdm) ->
                     add_counts(totals.setdefault((algorithm, size), {}), replies)
                     progress.update()
         trials.close()
-    return [{"algorithm": alg, "workers": n, "bytes": size, **summarise(ts, skews[(alg, size)], cpus[(alg, size)]),
-             "agent_totals": totals[(alg, size)]}
+    return [{"algorithm": alg, "workers": n, "bytes": size, "elements_per_packet": trials.k,
+             **summarise(ts, skews[(alg, size)], cpus[(alg, size)]), "agent_totals": totals[(alg, size)]}
             for (alg, size), ts in sorted(times.items(), key=lambda kv: (kv[0][1], kv[0][0]))]
+
+
+def program_elements_per_packet(records: list[dict]) -> int:
+    """The K every fabric of the run had (one program): from the records that carry it."""
+    ks = {r["elements_per_packet"] for r in records}
+    if len(ks) != 1:
+        raise BenchError(f"the fabrics ran programs of different elements per packet: {sorted(ks)}")
+    return ks.pop()
 
 
 def add_counts(totals: dict[str, float], replies: list[dict]) -> None:
@@ -213,7 +226,7 @@ def add_counts(totals: dict[str, float], replies: list[dict]) -> None:
 def budget_workers(n: int, plan: Plan, options: FabricOptions, progress: tqdm) -> dict:
     """Where one INC call of the first size spends its time, per worker, over `reps` calls;
     then `reps` round trips of one INC packet through the same switch."""
-    with Fabric(star(n), options) as fabric:
+    with Fabric(star(n, mtu=plan.mtu), options) as fabric:
         trials = set_up(fabric, plan, options)
         calls = []
         for rep in range(plan.reps):
@@ -222,7 +235,7 @@ def budget_workers(n: int, plan: Plan, options: FabricOptions, progress: tqdm) -
             progress.update()
         probes = [trials.probe() for _ in range(plan.reps)]
         trials.close()
-    return call_budget(n, plan.sizes[0], calls, probes)
+    return call_budget(n, plan.sizes[0], calls, probes) | {"elements_per_packet": trials.k}
 
 
 def _sizes(text: str) -> list[int]:
@@ -245,6 +258,11 @@ def add_trial_options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--target", choices=("p4sim", "bmv2"), default=os.environ.get("TARGET", "p4sim"))
     ap.add_argument("--engine", choices=ENGINES, default="c",
                     help="the INC and ring agents' engine: c, compiled (default), or python, the reference")
+    ap.add_argument("--mtu", type=int, default=DEFAULT_MTU,
+                    help=f"MTU of every link, for INC, the ring and MPI alike (default {DEFAULT_MTU}; 9000: jumbo)")
+    ap.add_argument("--elements-per-packet", type=int, metavar="K",
+                    help="build the switch program with K elements per packet (INC_K; default: the program's, 32); "
+                         "INC packets and ring chunks carry K")
 
 
 def check_trial_options(ap: argparse.ArgumentParser, args: argparse.Namespace, workers: list[int]) -> None:
@@ -253,6 +271,9 @@ def check_trial_options(ap: argparse.ArgumentParser, args: argparse.Namespace, w
         ap.error("--workers must be 2..8 and --reps and --reps-large at least 1")
     if not 1 <= args.window <= MAX_WINDOW or not 0 < args.timeout < math.inf or not 0 < args.trial_timeout < math.inf:
         ap.error(f"--window must be 1..{MAX_WINDOW} and --timeout and --trial-timeout positive")
+    if args.elements_per_packet is not None and (problem := elements_per_packet_problem(args.elements_per_packet,
+                                                                                        args.mtu)):
+        ap.error(f"--elements-per-packet: {problem}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -299,7 +320,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     environment = describe_environment(args.target)
     plan = Plan(args.workers, args.sizes, args.reps, args.reps_large, tuple(args.algorithms), args.dtype,
-                args.window, args.timeout, args.trial_timeout, args.target, args.engine)
+                args.window, args.timeout, args.trial_timeout, args.target, args.engine, args.mtu,
+                args.elements_per_packet)
     options = FabricOptions(target=args.target, build_dir=ROOT / "build" / "bench")
     started = time.monotonic()
     total = (len(plan.workers) * plan.reps if args.budget
@@ -311,7 +333,8 @@ def main(argv: list[str] | None = None) -> int:
     except (BenchError, FabricError, PieceError, TopologyError) as err:
         log.error("benchmark stopped: %s", err)
         return 1
-    config = {"payload_bytes": 4 * INC_K, "elements_per_packet": INC_K, "dtype": plan.dtype,
+    k = program_elements_per_packet(results if args.budget else [r for rs in results for r in rs])
+    config = {"payload_bytes": 4 * k, "elements_per_packet": k, "mtu": plan.mtu, "dtype": plan.dtype,
               "window": plan.window, "timeout_s": plan.timeout, "reps": plan.reps, "reps_large": plan.reps_large,
               "engine": plan.engine,
               "algorithms": list(plan.algorithms), "workers": plan.workers, "sizes": plan.sizes,

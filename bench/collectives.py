@@ -19,13 +19,12 @@ from tqdm import tqdm
 
 from analysis.plots import collective_times
 from hosts.args import unwritable
-from hosts.inc import INC_K
 from topologies.fabric import Fabric, FabricError, FabricOptions
 from topologies.pieces import PieceError
 from topologies.spec import TopologyError, star
 
-from .__main__ import (ROOT, BenchError, Plan, _sizes, add_counts, add_trial_options, check_trial_options, set_up,
-                       summarise)
+from .__main__ import (ROOT, BenchError, Plan, _sizes, add_counts, add_trial_options, check_trial_options,
+                       program_elements_per_packet, set_up, summarise)
 from .budget import call_cpu, call_time
 from .calls import ROOT as COLLECTIVE_ROOT
 from .environment import describe_environment
@@ -52,7 +51,7 @@ def bench_collectives(plan: Plan, collectives: list[str], options: FabricOptions
     checked: dict[tuple[str, str, int], int] = {}       # ranks' results found right by numpy
     totals: dict[tuple[str, str, int], dict[str, float]] = {}
     k = len(plan.algorithms)
-    with Fabric(star(n), options) as fabric:
+    with Fabric(star(n, mtu=plan.mtu), options) as fabric:
         trials = set_up(fabric, plan, options)
         for collective in collectives:
             for size in [0] if collective == "barrier" else plan.sizes:
@@ -69,7 +68,8 @@ def bench_collectives(plan: Plan, collectives: list[str], options: FabricOptions
                         add_counts(totals.setdefault(key, {}), replies)
                         progress.update()
         trials.close()
-    return [{"collective": c, "algorithm": a, "workers": n, "bytes": s, **summarise(ts, skews[(c, a, s)], cpus[(c, a, s)]),
+    return [{"collective": c, "algorithm": a, "workers": n, "bytes": s, "elements_per_packet": trials.k,
+             **summarise(ts, skews[(c, a, s)], cpus[(c, a, s)]),
              "checked_results": checked[(c, a, s)], "agent_totals": totals[(c, a, s)]}
             for (c, a, s), ts in times.items()]
 
@@ -124,7 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     environment = describe_environment(args.target)
     sizes = args.sizes or DEFAULT_SIZES
     plan = Plan([args.workers], sizes, args.reps, args.reps_large, ("inc", "ring"), args.dtype,
-                args.window, args.timeout, args.trial_timeout, args.target, args.engine)
+                args.window, args.timeout, args.trial_timeout, args.target, args.engine, args.mtu,
+                args.elements_per_packet)
     options = FabricOptions(target=args.target, build_dir=ROOT / "build" / "bench")
     started, load_before = time.monotonic(), os.getloadavg()
     total = 2 * sum(plan.reps_for(s) for c in args.collectives for s in ([0] if c == "barrier" else sizes))
@@ -134,7 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     except (BenchError, FabricError, PieceError, TopologyError) as err:
         log.error("benchmark stopped: %s", err)
         return 1
-    config = {"payload_bytes": 4 * INC_K, "elements_per_packet": INC_K, "dtype": plan.dtype,
+    k = program_elements_per_packet(runs)
+    config = {"payload_bytes": 4 * k, "elements_per_packet": k, "mtu": plan.mtu, "dtype": plan.dtype,
               "window": plan.window, "timeout_s": plan.timeout, "reps": plan.reps, "reps_large": plan.reps_large,
               "engine": plan.engine,
               "workers": args.workers, "sizes": sizes, "collectives": args.collectives, "root": COLLECTIVE_ROOT,

@@ -40,12 +40,15 @@ def write_launcher(fabric: Fabric, hosts: list[str], path: Path) -> Path:
     return path
 
 
-def mpirun_command(fabric: Fabric, hosts: list[str], launcher: Path, cwd: Path) -> list[str]:
-    """mpirun for one rank per host of `bench.mpi_worker`, TCP only, on the hosts' subnet."""
+def mpirun_command(fabric: Fabric, hosts: list[str], launcher: Path, cwd: Path,
+                   program: tuple[str, ...] = ("-m", "bench.mpi_worker"), env: dict[str, str] | None = None) -> list[str]:
+    """mpirun for one rank per host of `python PROGRAM...` (default: `bench.mpi_worker`), TCP only,
+    on the hosts' subnet, each rank with `env` set. TCP segments follow the hosts' interface MTU,
+    so MPI runs at the fabric's MTU as INC and the ring do."""
     specs = [fabric.topo.hosts[h] for h in hosts]
     subnet = str(ipaddress.ip_interface(specs[0].ip).network)
     return ["mpirun", "-np", str(len(hosts)), "--host", ",".join(f"{s.address}:1" for s in specs),
-            "--wdir", str(cwd),
+            "--wdir", str(cwd), *(arg for name, value in (env or {}).items() for arg in ("-x", f"{name}={value}")),
             "--mca", "plm_rsh_agent", str(launcher),
             # The ranks share the machine's cores with each other and the switch: spin politely.
             "--mca", "mpi_yield_when_idle", "1",
@@ -56,4 +59,4 @@ def mpirun_command(fabric: Fabric, hosts: list[str], launcher: Path, cwd: Path) 
             "--mca", "mpi_preconnect_mpi", "1",
             "--mca", "pml", "ob1", "--mca", "btl", "tcp,self",
             "--mca", "btl_tcp_if_include", subnet, "--mca", "oob_tcp_if_include", subnet,
-            sys.executable, "-m", "bench.mpi_worker"]
+            sys.executable, *program]

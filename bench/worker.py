@@ -113,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--window", type=int, default=16, help="slots / unacknowledged chunks in flight")
     ap.add_argument("--timeout", type=float, default=0.05, help="seconds before a chunk is resent")
     ap.add_argument("--elements-per-packet", type=int, default=INC_K, metavar="K",
-                    help=f"elements per packet, INC's and the ring's alike (default {INC_K})")
+                    help=f"the job's elements per packet, as the controller recorded it; INC's and the ring's alike "
+                         f"(default {INC_K})")
     ap.add_argument("--engine", choices=ENGINES, default="c",
                     help="the agents' engine, INC's and the ring's alike (default c: compiled)")
     args = ap.parse_args(argv)

@@ -16,11 +16,12 @@ from typing import Callable
 from hosts.args import address, at_least, host_port, port
 from topologies.spec import Topology, TopologyError
 
-from .allreduce import Job, clear_slots, jobs_on_switch, pool_size, remove_job
+from .allreduce import Job, jobs_on_switch
 from .control import dump_state, install_runtime_config, read_counters
 from .entries import RuntimeConfig
 from .errors import ControllerError
-from .fabric import open_switch, setup_switch, watch
+from .fabric import open_switch, record_elements_per_packet, setup_switch, watch
+from .install import clear_slots, program_sizes, remove_job
 from .pool import JobPool, PoolServer
 from .registers import TARGETS
 from .switch import READ_ONLY_ELECTION_ID, Pipeline, Switch
@@ -103,7 +104,8 @@ def _parser() -> argparse.ArgumentParser:
                            help="a switch of the topology (default: its only switch)")
 
     c = command("setup", _setup, "push the pipeline (if the switch lacks it), install "
-                "forwarding, jobs and multicast groups from the topology")
+                "forwarding, jobs and multicast groups from the topology, and record in each job of "
+                "the topology file the pipeline's elements per packet (K), which its workers use")
     switches_arg(c, many=True)
     pipeline_args(c)
     c.add_argument("--force-pipeline", action="store_true",
@@ -169,9 +171,10 @@ def _setup(args: argparse.Namespace) -> int:
     for name in _names(args, topo):
         with open_switch(topo, name, _target(args, topo), _election(args)) as sw:
             r = setup_switch(sw, topo, pipeline, args.force_pipeline)
-        log.info("%s: pipeline %s, %d forwarding updates, jobs admitted: %s, passed on: %s",
-                 name, "pushed" if r.pipeline_pushed else "kept", r.forwarding_updates,
-                 list(r.jobs_admitted) or "none", list(r.jobs_forwarded) or "none")
+        log.info("%s: pipeline %s (%d elements per packet), %d forwarding updates, jobs admitted: %s, "
+                 "passed on: %s", name, "pushed" if r.pipeline_pushed else "kept", r.elements_per_packet,
+                 r.forwarding_updates, list(r.jobs_admitted) or "none", list(r.jobs_forwarded) or "none")
+    record_elements_per_packet(topo, program_sizes(pipeline.p4info).elements_per_packet, args.topo)
     return 0
 
 
@@ -181,6 +184,7 @@ def _watch(args: argparse.Namespace) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
+    record_elements_per_packet(topo, program_sizes(pipeline.p4info).elements_per_packet, args.topo)
     log.info("watching %s (Ctrl-C to stop)", ", ".join(sw.name for sw in switches))
     try:
         watch(switches, topo, pipeline, stop, args.poll)
@@ -278,7 +282,7 @@ def _on_job(args: argparse.Namespace, action: Callable[[Switch, Job], None], don
     found = False
     for name in _names(args, topo):
         with open_switch(topo, name, _target(args, topo), _election(args)) as sw:
-            jobs, _ = jobs_on_switch(topo, name, pool_size(sw))
+            jobs, _ = jobs_on_switch(topo, name, program_sizes(sw.context.p4info).pool_size)
             for job in jobs:
                 if job.job_id == args.job_id:
                     action(sw, job)

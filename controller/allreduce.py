@@ -1,11 +1,12 @@
-"""What `p4src/allreduce.p4` needs from its controller, derived from the topology:
-forwarding (l2_forward, ipv4_lpm, the flood group) and jobs (inc_job, inc_worker,
-inc_worker_addr, a multicast group, a slot range). Names follow docs/protocol.md.
+"""What `p4src/allreduce.p4` needs from its controller, planned from the topology alone
+(no switch): forwarding (l2_forward, ipv4_lpm, the flood group) and jobs (inc_job, inc_worker,
+inc_worker_addr, a multicast group, a slot range), where each job is aggregated and which
+switches pass it on. `controller.install` brings a switch to the plan. Names follow
+docs/protocol.md.
 """
 from __future__ import annotations
 
 import ipaddress
-import logging
 from collections import deque
 from dataclasses import dataclass
 from functools import partial
@@ -13,20 +14,15 @@ from functools import partial
 from protocol import AGG_IP, AGG_MAC, INC_PORT, JOB_LEAF, MAX_WORKERS
 from topologies.spec import JobSpec, Topology
 
-from .control import (delete_multicast_groups, delete_table_entries, install_multicast_groups,
-                      install_table_entries, read_table_entries)
 from .entries import MulticastGroup, Replica, TableEntry
 from .errors import ControllerError
-from .registers import register_info
-from .switch import Switch
-
-log = logging.getLogger(__name__)
 
 FLOOD_GROUP = 1                  # multicast group of every host-facing port (broadcast, ARP)
 JOB_GROUP_BASE = 0x100           # job j replicates through group JOB_GROUP_BASE + j
 BROADCAST = "ff:ff:ff:ff:ff:ff"
 SLOT_REGISTERS = ("MyIngress.slot_seen", "MyIngress.slot_count", "MyIngress.slot_seq",
                   "MyIngress.slot_flags", "MyIngress.slot_need")   # slot_values needs no reset
+SLOT_VALUES = "MyIngress.slot_values"    # K cells per slot: its size says the program's K
 
 L2_FORWARD, IPV4_LPM = "MyIngress.l2_forward", "MyIngress.ipv4_lpm"
 INC_JOB, INC_WORKER, INC_WORKER_ADDR = "MyIngress.inc_job", "MyIngress.inc_worker", "MyEgress.inc_worker_addr"
@@ -80,9 +76,21 @@ class JobForward:
     port: int
 
 
-def pool_size(sw: Switch) -> int:
-    """Slots per version, read from the program (its slot registers hold two versions)."""
-    return register_info(sw, SLOT_REGISTERS[0]).size // 2
+@dataclass(frozen=True)
+class SwitchPlan:
+    """Everything one switch of a topology holds for allreduce.p4."""
+    switch: str
+    forwarding: tuple[TableEntry, ...]
+    flood_groups: tuple[MulticastGroup, ...]
+    jobs: tuple[Job, ...]            # the jobs it aggregates
+    forwards: tuple[JobForward, ...]  # the jobs it passes on towards their aggregator
+
+
+def plan_switch(topo: Topology, switch: str, pool: int) -> SwitchPlan:
+    """The plan of `switch`, whose program has `pool` slots per version."""
+    entries, groups = forwarding_entries(topo, switch)
+    aggregated, forwarded = jobs_on_switch(topo, switch, pool)
+    return SwitchPlan(switch, tuple(entries), tuple(groups), tuple(aggregated), tuple(forwarded))
 
 
 def jobs_on_switch(topo: Topology, switch: str, pool: int) -> tuple[list[Job], list[JobForward]]:
@@ -217,57 +225,6 @@ def job_entries(job: Job) -> tuple[list[TableEntry], MulticastGroup]:
 def forward_entry(fwd: JobForward) -> TableEntry:
     return TableEntry(INC_JOB, "MyIngress.forward_to_aggregator", {"port": fwd.port},
                       {"hdr.inc.job_id": fwd.job_id})
-
-
-def install_forwarding(sw: Switch, topo: Topology, switch: str) -> int:
-    """Make `switch` forward ordinary traffic between the topology's hosts."""
-    entries, groups = forwarding_entries(topo, switch)
-    return install_multicast_groups(sw, groups) + install_table_entries(sw, entries)
-
-
-def install_job(sw: Switch, job: Job, slots_are_fresh: bool = False) -> bool:
-    """Admit a job: its multicast group, its workers' ports and addresses, its slot range.
-
-    A job the switch does not hold yet gets its slots cleared before it is admitted
-    (unless `slots_are_fresh`: the pipeline was just pushed, so every register is 0); a
-    job already there is only brought up to date, so running rounds are not disturbed.
-    Returns whether the job was newly admitted.
-    """
-    entries, group = job_entries(job)
-    admitted = any(e.match.get("hdr.inc.job_id") == job.job_id and e.action_name == "MyIngress.set_job"
-                   for e in read_table_entries(sw, INC_JOB))
-    if not admitted and not slots_are_fresh:
-        clear_slots(sw, job)
-    install_multicast_groups(sw, [group])
-    # Egress and admission first, inc_job last: a packet admitted finds everything it needs.
-    install_table_entries(sw, entries[1:])
-    install_table_entries(sw, entries[:1])
-    log.info("%s: job %d %s: members %s, group %d, slots %d..%d", sw.name, job.job_id,
-             "admitted" if not admitted else "up to date", " ".join(w.host for w in job.members),
-             job.mcast_group, job.slot_base, job.slot_base + job.num_slots - 1)
-    return not admitted
-
-
-def install_job_forward(sw: Switch, fwd: JobForward) -> int:
-    return install_table_entries(sw, [forward_entry(fwd)])
-
-
-def remove_job(sw: Switch, job: Job) -> None:
-    """Stop admitting the job (inc_job first), then drop its workers and its group."""
-    entries, group = job_entries(job)
-    delete_table_entries(sw, entries[:1])
-    delete_table_entries(sw, entries[1:])
-    delete_multicast_groups(sw, [group.multicast_group_id])
-    log.info("%s: job %d removed", sw.name, job.job_id)
-
-
-def clear_slots(sw: Switch, job: Job) -> None:
-    """Zero the job's slot state in both versions, so its workers can start at seq 0."""
-    cells = job.register_indices
-    for name in SLOT_REGISTERS:
-        sw.registers.reset(name, cells)
-    log.info("%s: job %d: slots %d..%d cleared", sw.name, job.job_id, job.slot_base,
-             job.slot_base + job.num_slots - 1)
 
 
 class _Routes:

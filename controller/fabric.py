@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 from topologies.spec import Topology
 
-from .allreduce import install_forwarding, install_job, install_job_forward, jobs_on_switch, pool_size
+from protocol import elements_per_packet_problem
+
+from .allreduce import plan_switch
 from .control import push_pipeline
 from .errors import ControllerError, SwitchUnavailable
+from .install import install_plan, program_sizes
 from .switch import Pipeline, Switch
 
 log = logging.getLogger(__name__)
@@ -25,6 +29,7 @@ class SetupResult:
     forwarding_updates: int
     jobs_admitted: tuple[int, ...]
     jobs_forwarded: tuple[int, ...]
+    elements_per_packet: int        # K of the program the switch runs
 
 
 def open_switch(topo: Topology, name: str, target: str,
@@ -38,14 +43,39 @@ def open_switch(topo: Topology, name: str, target: str,
 
 def setup_switch(sw: Switch, topo: Topology, pipeline: Pipeline, force: bool = False) -> SetupResult:
     """Pipeline (only if the device lacks it), then forwarding, then every job the switch
-    aggregates or passes on. Safe to repeat: what is installed already stays as it is."""
+    aggregates or passes on. Safe to repeat: what is installed already stays as it is.
+
+    The pipeline's elements per packet (K) must fit the topology's MTU and agree with any
+    job that records one; otherwise nothing is pushed or installed."""
+    sizes = program_sizes(pipeline.p4info)
+    check_elements_per_packet(topo, sizes.elements_per_packet, sw.name)
     pushed = push_pipeline(sw, pipeline, force)
-    updates = install_forwarding(sw, topo, sw.name)
-    aggregated, forwarded = jobs_on_switch(topo, sw.name, pool_size(sw))
-    admitted = tuple(job.job_id for job in aggregated if install_job(sw, job, slots_are_fresh=pushed))
-    for fwd in forwarded:
-        install_job_forward(sw, fwd)
-    return SetupResult(sw.name, pushed, updates, admitted, tuple(f.job_id for f in forwarded))
+    plan = plan_switch(topo, sw.name, sizes.pool_size)
+    updates, admitted = install_plan(sw, plan, slots_are_fresh=pushed)
+    return SetupResult(sw.name, pushed, updates, admitted, tuple(f.job_id for f in plan.forwards),
+                       sizes.elements_per_packet)
+
+
+def check_elements_per_packet(topo: Topology, k: int, switch: str) -> None:
+    """A program of K elements per packet runs on this topology: its packets fit the links'
+    MTU, and every job that records a K (the one its workers were told) has this one."""
+    problem = elements_per_packet_problem(k, topo.mtu)
+    if problem:
+        raise ControllerError(f"{switch}: the pipeline's {problem}")
+    for job in topo.jobs:
+        if job.elements_per_packet is not None and job.elements_per_packet != k:
+            raise ControllerError(f"{switch}: job {job.job_id} records {job.elements_per_packet} elements per "
+                                  f"packet, but the pipeline carries {k}: rebuild the program with "
+                                  f"INC_K={job.elements_per_packet}, or give the job K = {k}")
+
+
+def record_elements_per_packet(topo: Topology, k: int, path: Path) -> None:
+    """Record K in every job of the topology file at `path` that has none yet: the job's
+    workers take it from there (the runner hands it to each)."""
+    jobs = [replace(job, elements_per_packet=k) if job.elements_per_packet is None else job for job in topo.jobs]
+    if jobs != topo.jobs:
+        replace(topo, jobs=jobs).dump(path)
+        log.info("%s: jobs %s record %d elements per packet", path, " ".join(str(j.job_id) for j in jobs), k)
 
 
 def watch(switches: list[Switch], topo: Topology, pipeline: Pipeline, stop: threading.Event,

@@ -15,10 +15,11 @@ from typing import Any, Iterable
 
 from topologies.spec import Topology
 
-from .allreduce import (JOB_GROUP_BASE, MAX_WORKERS, Job, JobForward, Worker, forward_entry, install_job,
-                        install_job_forward, place_job, pool_size, remove_job, worker_ports)
-from .control import delete_table_entries
+from protocol import MAX_WORKERS
+
+from .allreduce import JOB_GROUP_BASE, Job, JobForward, Worker, place_job, worker_ports
 from .errors import ControllerError
+from .install import install_job, install_job_forward, program_sizes, remove_job, remove_job_forward
 from .switch import Switch
 
 log = logging.getLogger(__name__)
@@ -68,11 +69,13 @@ class SlotPool:
 
 @dataclass(frozen=True)
 class Grant:
-    """A job admitted from the pool: its id, the switch aggregating it and its slot range."""
+    """A job admitted from the pool: its id, the switch aggregating it, its slot range and the
+    elements per packet (K) of the program that switch runs."""
     job_id: int
     switch: str
     slot_base: int
     num_slots: int
+    elements_per_packet: int
     job: Job = field(repr=False)
     forwards: tuple[tuple[str, JobForward], ...] = field(default=(), repr=False)
 
@@ -89,8 +92,9 @@ class JobPool:
         self.topo = topo
         self.switches = {sw.name: sw for sw in switches}
         self.pools: dict[str, SlotPool] = {}
-        for name, sw in self.switches.items():
-            size = pool_size(sw)
+        self.sizes = {name: program_sizes(sw.context.p4info) for name, sw in self.switches.items()}
+        for name in self.switches:
+            size = self.sizes[name].pool_size
             capacity = size - first_slot if slots is None else slots
             if not 0 < capacity <= size - first_slot:
                 raise ControllerError(f"{name}: a pool of {capacity} slots from slot {first_slot} does not fit "
@@ -126,8 +130,8 @@ class JobPool:
             ports = worker_ports(self.topo, switch, hosts)
             job = Job(job_id, tuple(Worker(w, h, port, self.topo.hosts[h].mac, ip, udp_port)
                                     for w, (h, port, (ip, udp_port)) in enumerate(zip(hosts, ports, workers))),
-                      JOB_GROUP_BASE + job_id, base, num_slots, pool_size(self.switches[switch]))
-            grant = Grant(job_id, switch, base, num_slots, job,
+                      JOB_GROUP_BASE + job_id, base, num_slots, self.sizes[switch].pool_size)
+            grant = Grant(job_id, switch, base, num_slots, self.sizes[switch].elements_per_packet, job,
                           tuple((s, JobForward(job_id, switch, port)) for s, port in forwards.items()))
             try:
                 for s, fwd in grant.forwards:
@@ -170,7 +174,7 @@ class JobPool:
         try:
             remove_job(self.switches[grant.switch], grant.job)
             for s, fwd in grant.forwards:
-                delete_table_entries(self.switches[s], [forward_entry(fwd)])
+                remove_job_forward(self.switches[s], fwd)
         except ControllerError as e:
             log.warning("pool: job %d: could not remove its entries: %s", grant.job_id, e)
 
@@ -252,7 +256,8 @@ class PoolServer:
                 grant = self.pool.request(workers, int(message["slots"]))
                 held.add(grant.job_id)
                 return {"ok": True, "job_id": grant.job_id, "switch": grant.switch,
-                        "slot_base": grant.slot_base, "num_slots": grant.num_slots}
+                        "slot_base": grant.slot_base, "num_slots": grant.num_slots,
+                        "elements_per_packet": grant.elements_per_packet}
             if op == "release":
                 job_id = int(message["job_id"])
                 if job_id not in held:

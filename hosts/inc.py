@@ -17,7 +17,8 @@ from scapy.packet import Packet, bind_layers
 # The protocol's numbers live in protocol/ (shared with the controller); re-exported here,
 # where the packet code and its users have always found them.
 from protocol import (AGG_IP, AGG_MAC, COLL_ALLREDUCE, COLL_BARRIER, COLL_BROADCAST,  # noqa: F401
-                      COLL_REDUCE, COLLECTIVES, DEFAULT_ELEMENTS_PER_PACKET, FLAG_OVERFLOW, FLAG_PARTIAL,
+                      COLL_REDUCE, COLLECTIVES, DEFAULT_ELEMENTS_PER_PACKET,
+                      MAX_ELEMENTS_PER_PACKET, FLAG_OVERFLOW, FLAG_PARTIAL,
                       FLAG_RESENT, FLAG_RETRANSMIT, HEADER_ONLY, HEADER_SIZE, INC_PORT, INC_VERSION,
                       MAX_WORKERS, OP_ACK, OP_CONTRIB, OP_JOIN, OP_RESULT, OP_RING, OP_RING_ACK, OPCODES,
                       POOL_SIZE, REDUCE_MAX, REDUCE_MIN, REDUCE_OPS, REDUCE_SUM, RING_PORT)
@@ -30,8 +31,8 @@ PAYLOAD_SIZE = HEADER_SIZE + ELEMENT_BYTES    # the UDP payload of every INC pac
 # The header's field widths bound a job. The layout itself is written out in three places that
 # tests prove byte-identical: the Scapy layer (Inc), pack_header/unpack_header here, and
 # header_pack/header_unpack in hosts/engine/net.c.
-MAX_ELEMENTS = 255               # the header's count is one byte: K per job is 1..255
-MAX_WINDOW = (1 << 15) - 1       # the header's slot has 15 bits: a job's slots (its window) are 1..32767
+MAX_ELEMENTS = MAX_ELEMENTS_PER_PACKET   # the header's count has 12 bits: K per job is 1..4064
+MAX_WINDOW = (1 << 11) - 1               # the header's slot has 11 bits: a job's slots (its window) are 1..2047
 
 
 class IncFormatError(ValueError):
@@ -41,7 +42,7 @@ class IncFormatError(ValueError):
 def check_elements_per_packet(k: int) -> None:
     """ValueError unless a job may carry `k` elements per packet."""
     if not 1 <= k <= MAX_ELEMENTS:
-        raise ValueError(f"elements per packet must be 1..{MAX_ELEMENTS} (the header's count is one byte), not {k}")
+        raise ValueError(f"elements per packet must be 1..{MAX_ELEMENTS} (the header's count has 12 bits), not {k}")
 
 
 def payload_size(k: int = INC_K) -> int:
@@ -78,9 +79,9 @@ class Inc(Packet):
         FlagsField("flags", 0, 8, ["overflow", "resent", "partial", "retransmit"]),
         ShortField("job_id", 0),
         ByteField("worker_id", 0),
-        ByteField("count", None),            # None: the number of elements given
+        BitField("count", None, 12),         # None: the number of elements given
         BitField("pool_version", 0, 1),
-        BitField("slot", 0, 15),
+        BitField("slot", 0, 11),
         IntField("seq", 0),
         SignedByteField("exponent", 0),
         SignedByteField("need", 0),
@@ -93,7 +94,8 @@ class Inc(Packet):
     def post_build(self, pkt: bytes, pay: bytes) -> bytes:
         if self.count is None:
             count = 1 if self.opcode in HEADER_ONLY else min(len(self.elements or []), self.K)
-            pkt = pkt[:5] + bytes([count]) + pkt[6:]
+            word = count << 12 | int.from_bytes(pkt[5:8], "big") & 0xFFF    # bytes 5-7: count, version, slot
+            pkt = pkt[:5] + word.to_bytes(3, "big") + pkt[8:]
         return pkt + pay
 
     def mysummary(self) -> str:
@@ -134,7 +136,7 @@ class IncHeader:
     root: int = 0
 
 
-_HEADER = struct.Struct("!BBHBBHIbbBB")
+_HEADER = struct.Struct("!BBHIIbbBB")    # bytes 4-7: worker_id 8, count 12, pool_version 1, slot 11
 _ELEMENTS = np.dtype(">i4")
 
 
@@ -154,7 +156,7 @@ def pack(header: IncHeader, elements: np.ndarray, k: int = INC_K) -> bytes:
 def pack_header(header: IncHeader) -> bytes:
     """The 16 header bytes alone: a JOIN's payload, else followed by K big-endian int32."""
     return _HEADER.pack((header.version << 4) | header.opcode, header.flags, header.job_id,
-                        header.worker_id, header.count, (header.pool_version << 15) | header.slot,
+                        header.worker_id << 24 | header.count << 12 | header.pool_version << 11 | header.slot,
                         header.seq, header.exponent, header.need, header.reduce_op,
                         (header.collective << 5) | header.root)
 
@@ -177,11 +179,11 @@ def unpack_header(payload: bytes, k: int = INC_K) -> IncHeader:
     of `k` elements per packet (a JOIN or an ACK is the header alone)."""
     if len(payload) < HEADER_SIZE:
         raise IncFormatError(f"an INC payload has at least {HEADER_SIZE} bytes, this one {len(payload)}")
-    vo, flags, job, worker, count, vs, seq, exponent, need, reduce_op, cr = _HEADER.unpack_from(payload)
+    vo, flags, job, wcs, seq, exponent, need, reduce_op, cr = _HEADER.unpack_from(payload)
     if vo & 0xF not in HEADER_ONLY and len(payload) < HEADER_SIZE + 4 * k:
         raise IncFormatError(f"an INC payload with data has {HEADER_SIZE + 4 * k} bytes, this one {len(payload)}")
-    return IncHeader(opcode=vo & 0xF, job_id=job, worker_id=worker, count=count, slot=vs & 0x7FFF,
-                     pool_version=vs >> 15, seq=seq, flags=flags, exponent=exponent, need=need,
+    return IncHeader(opcode=vo & 0xF, job_id=job, worker_id=wcs >> 24, count=wcs >> 12 & 0xFFF, slot=wcs & 0x7FF,
+                     pool_version=wcs >> 11 & 1, seq=seq, flags=flags, exponent=exponent, need=need,
                      version=vo >> 4, reduce_op=reduce_op, collective=cr >> 5, root=cr & 0x1F)
 
 

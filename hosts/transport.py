@@ -15,6 +15,7 @@ from typing import Protocol
 from hosts.inc import AGG_IP, INC_PORT, RING_PORT
 
 log = logging.getLogger(__name__)
+MAX_DATAGRAM = 65535            # any UDP datagram: jumbo frames carry K up to 2208 elements
 
 
 class Transport(Protocol):
@@ -122,7 +123,7 @@ class _UdpSocket:
         if not ready:
             return None
         try:
-            return self.sock.recvfrom(2048)
+            return self.sock.recvfrom(MAX_DATAGRAM)
         except OSError as e:      # EAGAIN after a spurious wake-up, or an ICMP error queued on the socket
             log.debug("recv: %s", e)
             return None

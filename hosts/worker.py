@@ -136,8 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="c: the compiled engine (default; where it cannot be built, python, and a log line "
                         "says why); python: the reference path. Both send the same packets")
     p.add_argument("--elements-per-packet", type=int, default=INC_K, metavar="K",
-                   help=f"elements per packet, as the job's switch program was built (default {INC_K}); "
-                        "every worker of the job must use the same")
+                   help="the job's elements per packet, as the controller recorded it from the switch program "
+                        f"(default {INC_K}); every worker of the job must use the same")
     p.add_argument("-v", "--verbose", action="store_true", help="log every retransmission")
     return p
 

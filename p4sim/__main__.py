@@ -183,13 +183,13 @@ def switch_main(argv: list[str]) -> int:
     return run_switch(args, program, interfaces, trace)
 
 
-def load_program_file(path: str, include_dirs: tuple[str, ...] = ()) -> Program:
+def load_program_file(path: str, include_dirs: tuple[str, ...] = (), defines: tuple[str, ...] = ()) -> Program:
     """A .json file is a device config; anything else is P4_16 source. Raises P4Error."""
     if path.endswith(".json"):
         return Program.from_device_config(Path(path).read_bytes())
     if not os.path.exists(path):
         raise OSError(2, "no such file", path)
-    program = compile_file(path, include_dirs)
+    program = compile_file(path, include_dirs, defines)
     program.info                 # parse and check now, so errors show before the switch starts
     return program
 
@@ -267,13 +267,15 @@ def compile_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output-dir", required=True, metavar="DIR", help="where to write the two files")
     p.add_argument("-I", "--include", action="append", default=[], metavar="DIR",
                    help="extra include directory (repeatable)")
+    p.add_argument("-D", "--define", action="append", default=[], metavar="NAME[=VALUE]",
+                   help="define a preprocessor macro, as p4c's -D does (repeatable)")
     return p
 
 
 def compile_main(argv: list[str]) -> int:
     args = compile_parser().parse_args(argv)
     try:
-        program = load_program_file(args.program, tuple(args.include))
+        program = load_program_file(args.program, tuple(args.include), tuple(args.define))
         p4info = build_p4info(program.info)
         out = Path(args.output_dir)
         out.mkdir(parents=True, exist_ok=True)

@@ -29,7 +29,7 @@ const bit<32> AGG_IP   = 0x0A0000FE;      // 10.0.0.254
 const bit<48> AGG_MAC  = 0x0200000000FE;  // 02:00:00:00:00:fe
 const bit<16> INC_PORT = 48879;           // 0xBEEF
 
-const bit<4> INC_VERSION = 1;
+const bit<4> INC_VERSION = 2;    // 2: a 12-bit count, for K above 255
 const bit<4> OP_CONTRIB  = 1;   // worker -> switch: one worker's chunk
 const bit<4> OP_RESULT   = 2;   // switch -> worker: the sum of all workers' chunks
 const bit<4> OP_JOIN     = 5;   // worker -> switch, header only: counts as a chunk of zeros
@@ -57,7 +57,17 @@ const bit<8> ROUND_FLAGS = FLAG_OVERFLOW | FLAG_PARTIAL | FLAG_RETRANSMIT;
 // this leaf's partial, which goes up to the spine; the spine's result comes back down.
 const bit<8> JOB_LEAF = 0x80;
 
-#define INC_K 32                 // elements per packet: 32 x 32 bit = 128 B of tensor
+// Elements per packet, K: a build parameter (p4c -DINC_K=256; `make run INC_K=256`), a multiple
+// of 32 up to what one frame holds: 352 at an MTU of 1500 bytes, 2208 at 9000 (a frame carries
+// the IPv4, UDP and INC headers, then 4 * K bytes). The controller reads K back from the size
+// of slot_values and gives it to the job's workers.
+#ifndef INC_K
+#define INC_K 32                 // 32 x 32 bit = 128 B of tensor
+#endif
+#if INC_K % 32 != 0 || INC_K < 32 || INC_K > 4064
+#error "INC_K, the elements per packet, must be a multiple of 32 from 32 to 4064 (the header's count has 12 bits)"
+#endif
+#define INC_BLOCKS (INC_K / 32)  // the elements travel in blocks of 32
 const bit<32> POOL_SIZE   = 512;               // slots per version, shared by all jobs
 const bit<32> SLOT_COUNT  = 2 * POOL_SIZE;     // register entries: version * POOL_SIZE + slot
 const bit<32> VALUE_COUNT = SLOT_COUNT * INC_K;
@@ -120,9 +130,9 @@ header inc_t {
     bit<8>  flags;         // FLAG_*; a result carries the OR of its contributions' flags
     bit<16> job_id;
     bit<8>  worker_id;     // 0..31: a bit in the slot's contributor bitmap
-    bit<8>  count;         // meaningful elements, 1..K; the rest are zero padding
+    bit<12> count;         // meaningful elements, 1..K; the rest are zero padding
     bit<1>  pool_version;  // which of the slot's two copies (flips on each reuse)
-    bit<15> slot;          // slot index within the job's range
+    bit<11> slot;          // slot index within the job's range
     bit<32> seq;           // chunk sequence number within the job, increasing
     bit<8>  exponent;      // int8: the chunk's shared block exponent (float32 jobs); carried unchanged
     bit<8>  need;          // int8: exponent the sender needs; a result carries the max
@@ -131,7 +141,9 @@ header inc_t {
     bit<5>  root;          // the worker that contributes (Broadcast) or gets (Reduce) the data
 }
 
-header inc_data_t {
+// The elements follow the INC header in blocks of 32: a header stack of K / 32 blocks, so that
+// K is a build parameter while a block stays one header of whole fields.
+header inc_block_t {
     bit<32> e0;  bit<32> e1;  bit<32> e2;  bit<32> e3;
     bit<32> e4;  bit<32> e5;  bit<32> e6;  bit<32> e7;
     bit<32> e8;  bit<32> e9;  bit<32> e10; bit<32> e11;
@@ -142,13 +154,64 @@ header inc_data_t {
     bit<32> e28; bit<32> e29; bit<32> e30; bit<32> e31;
 }
 
-// P4 has no loops: the per-element register steps below are written once and
-// applied to the K element fields with this list.
-#define FOR_EACH_ELEMENT(X) \
-    X(0)  X(1)  X(2)  X(3)  X(4)  X(5)  X(6)  X(7)  \
-    X(8)  X(9)  X(10) X(11) X(12) X(13) X(14) X(15) \
-    X(16) X(17) X(18) X(19) X(20) X(21) X(22) X(23) \
-    X(24) X(25) X(26) X(27) X(28) X(29) X(30) X(31)
+// P4 has no loops: a per-element step is written once, as a macro X(b, f) of the element's
+// block b and field f (element 32 * b + f), and FOR_EACH_ELEMENT(X) writes it out for every
+// element; a per-block step Y(b), FOR_EACH_BLOCK(Y) for b = 0 .. INC_BLOCKS - 1.
+#define IN_BLOCK(X, b) \
+    X(b, 0)  X(b, 1)  X(b, 2)  X(b, 3)  X(b, 4)  X(b, 5)  X(b, 6)  X(b, 7)  \
+    X(b, 8)  X(b, 9)  X(b, 10) X(b, 11) X(b, 12) X(b, 13) X(b, 14) X(b, 15) \
+    X(b, 16) X(b, 17) X(b, 18) X(b, 19) X(b, 20) X(b, 21) X(b, 22) X(b, 23) \
+    X(b, 24) X(b, 25) X(b, 26) X(b, 27) X(b, 28) X(b, 29) X(b, 30) X(b, 31)
+#define BLOCK(Y, b) Y(b)
+#define FOR_EACH_ELEMENT(X) FOR_EACH(IN_BLOCK, X)
+#define FOR_EACH_BLOCK(Y)   FOR_EACH(BLOCK, Y)
+// FOR_EACH(M, X) writes M(X, b) for every block b: REPEAT_n(M, X, b) writes M(X, b) ..
+// M(X, b + n - 1), and FOR_EACH takes one REPEAT_n for each binary digit n of INC_BLOCKS,
+// starting after the blocks of the digits above it.
+#define REPEAT_1(M, X, b)   M(X, b)
+#define REPEAT_2(M, X, b)   REPEAT_1(M, X, b)   REPEAT_1(M, X, b + 1)
+#define REPEAT_4(M, X, b)   REPEAT_2(M, X, b)   REPEAT_2(M, X, b + 2)
+#define REPEAT_8(M, X, b)   REPEAT_4(M, X, b)   REPEAT_4(M, X, b + 4)
+#define REPEAT_16(M, X, b)  REPEAT_8(M, X, b)   REPEAT_8(M, X, b + 8)
+#define REPEAT_32(M, X, b)  REPEAT_16(M, X, b)  REPEAT_16(M, X, b + 16)
+#define REPEAT_64(M, X, b)  REPEAT_32(M, X, b)  REPEAT_32(M, X, b + 32)
+#if INC_BLOCKS & 64
+#define DIGIT_64(M, X) REPEAT_64(M, X, (INC_BLOCKS & ~127))
+#else
+#define DIGIT_64(M, X)
+#endif
+#if INC_BLOCKS & 32
+#define DIGIT_32(M, X) REPEAT_32(M, X, (INC_BLOCKS & ~63))
+#else
+#define DIGIT_32(M, X)
+#endif
+#if INC_BLOCKS & 16
+#define DIGIT_16(M, X) REPEAT_16(M, X, (INC_BLOCKS & ~31))
+#else
+#define DIGIT_16(M, X)
+#endif
+#if INC_BLOCKS & 8
+#define DIGIT_8(M, X) REPEAT_8(M, X, (INC_BLOCKS & ~15))
+#else
+#define DIGIT_8(M, X)
+#endif
+#if INC_BLOCKS & 4
+#define DIGIT_4(M, X) REPEAT_4(M, X, (INC_BLOCKS & ~7))
+#else
+#define DIGIT_4(M, X)
+#endif
+#if INC_BLOCKS & 2
+#define DIGIT_2(M, X) REPEAT_2(M, X, (INC_BLOCKS & ~3))
+#else
+#define DIGIT_2(M, X)
+#endif
+#if INC_BLOCKS & 1
+#define DIGIT_1(M, X) REPEAT_1(M, X, (INC_BLOCKS & ~1))
+#else
+#define DIGIT_1(M, X)
+#endif
+#define FOR_EACH(M, X) \
+    DIGIT_64(M, X) DIGIT_32(M, X) DIGIT_16(M, X) DIGIT_8(M, X) DIGIT_4(M, X) DIGIT_2(M, X) DIGIT_1(M, X)
 
 struct headers_t {
     ethernet_t ethernet;
@@ -156,7 +219,7 @@ struct headers_t {
     ipv4_t     ipv4;
     udp_t      udp;
     inc_t      inc;
-    inc_data_t inc_data;
+    inc_block_t[INC_BLOCKS] blocks;
 }
 
 struct metadata_t {
@@ -228,11 +291,12 @@ parser MyParser(packet_in packet,
         transition select(hdr.inc.opcode) {
             OP_JOIN: accept;     // header only, as is an ACK on its way to a worker
             OP_ACK:  accept;
-            default: parse_inc_data;
+            default: parse_elements;
         }
     }
-    state parse_inc_data {
-        packet.extract(hdr.inc_data);
+#define EXTRACT_BLOCK(b) packet.extract(hdr.blocks.next);
+    state parse_elements {
+        FOR_EACH_BLOCK(EXTRACT_BLOCK)
         transition accept;
     }
 }
@@ -402,7 +466,7 @@ control MyIngress(inout headers_t hdr,
 
     // The first contribution of a round overwrites whatever the slot held, so a
     // finished round needs no clearing.
-#define STORE_ELEMENT(i) slot_values.write(meta.value_base + i, hdr.inc_data.e##i);
+#define STORE_ELEMENT(b, f) slot_values.write(meta.value_base + 32 * (b) + f, hdr.blocks[b].e##f);
     action start_round() {
         meta.seen = meta.worker_bit;
         meta.count = 1;
@@ -417,17 +481,19 @@ control MyIngress(inout headers_t hdr,
     // i.e. bit 31 of (a ^ s) & (b ^ s). For min and max the contribution is kept where
     // it is below (min) or not below (max) the stored value; they cannot overflow.
     // The packet is left holding the partial result.
-#define ADD_ELEMENT(i)                                                         \
-        slot_values.read(stored, meta.value_base + i);                         \
-        sum = stored + hdr.inc_data.e##i;                                      \
-        meta.overflow_bits = meta.overflow_bits | ((stored ^ sum) & (hdr.inc_data.e##i ^ sum)); \
-        lower = (int<32>)hdr.inc_data.e##i < (int<32>)stored ? hdr.inc_data.e##i : stored; \
-        higher = (int<32>)hdr.inc_data.e##i < (int<32>)stored ? stored : hdr.inc_data.e##i; \
+#define ADD_ELEMENT(b, f)                                                      \
+        value = hdr.blocks[b].e##f;                                            \
+        slot_values.read(stored, meta.value_base + 32 * (b) + f);              \
+        sum = stored + value;                                                  \
+        meta.overflow_bits = meta.overflow_bits | ((stored ^ sum) & (value ^ sum)); \
+        lower = (int<32>)value < (int<32>)stored ? value : stored;            \
+        higher = (int<32>)value < (int<32>)stored ? stored : value;           \
         combined = hdr.inc.reduce_op == REDUCE_SUM ? sum                      \
             : (hdr.inc.reduce_op == REDUCE_MIN ? lower : higher);              \
-        slot_values.write(meta.value_base + i, combined);                      \
-        hdr.inc_data.e##i = combined;
+        slot_values.write(meta.value_base + 32 * (b) + f, combined);           \
+        hdr.blocks[b].e##f = combined;
     action add_contribution() {
+        bit<32> value;
         bit<32> stored;
         bit<32> sum;
         bit<32> lower;
@@ -462,8 +528,9 @@ control MyIngress(inout headers_t hdr,
     }
 
     // A worker that lost the result retransmits: send it the stored result alone.
-#define LOAD_ELEMENT(i) slot_values.read(hdr.inc_data.e##i, meta.value_base + i);
-#define ZERO_ELEMENT(i) hdr.inc_data.e##i = 0;
+#define LOAD_ELEMENT(b, f) slot_values.read(hdr.blocks[b].e##f, meta.value_base + 32 * (b) + f);
+#define VALID_BLOCK(b) hdr.blocks[b].setValid();
+#define ZERO_ELEMENT(b, f) hdr.blocks[b].e##f = 0;
     action resend_result() {
         FOR_EACH_ELEMENT(LOAD_ELEMENT)
         hdr.inc.opcode = OP_RESULT;
@@ -522,7 +589,7 @@ control MyIngress(inout headers_t hdr,
                 drop_malformed();
                 return;
             }
-        } else if (!hdr.inc_data.isValid() || hdr.ipv4.totalLen != INC_IPV4_LEN
+        } else if (!hdr.blocks[INC_BLOCKS - 1].isValid() || hdr.ipv4.totalLen != INC_IPV4_LEN
                 || hdr.udp.len != INC_UDP_LEN) {
             drop_malformed();
             return;
@@ -583,7 +650,7 @@ control MyIngress(inout headers_t hdr,
         meta.value_base = meta.slot * INC_K;
         // A JOIN is a chunk of zeros from here on; a result or resend built from it needs them.
         if (hdr.inc.opcode == OP_JOIN) {
-            hdr.inc_data.setValid();
+            FOR_EACH_BLOCK(VALID_BLOCK)
             FOR_EACH_ELEMENT(ZERO_ELEMENT)
         }
         read_slot();
@@ -679,6 +746,7 @@ control MyEgress(inout headers_t hdr,
         size = 1024;
     }
 
+#define DROP_BLOCK(b) hdr.blocks[b].setInvalid();
     apply {
         if (meta.inc_reply) {
             // Multicast replicas carry the worker id as their rid.
@@ -702,7 +770,7 @@ control MyEgress(inout headers_t hdr,
             if ((hdr.inc.flags & FLAG_PARTIAL) == 0 && (hdr.inc.collective == COLL_BARRIER
                     || (hdr.inc.collective == COLL_REDUCE && meta.dest_worker != (bit<8>)hdr.inc.root))) {
                 hdr.inc.opcode = OP_ACK;
-                hdr.inc_data.setInvalid();
+                FOR_EACH_BLOCK(DROP_BLOCK)
                 hdr.ipv4.totalLen = INC_HEADER_IPV4_LEN;
                 hdr.udp.len = INC_HEADER_UDP_LEN;
             } else {
@@ -741,7 +809,7 @@ control MyDeparser(packet_out packet, in headers_t hdr) {
         packet.emit(hdr.ipv4);
         packet.emit(hdr.udp);
         packet.emit(hdr.inc);
-        packet.emit(hdr.inc_data);
+        packet.emit(hdr.blocks);
     }
 }
 

@@ -14,7 +14,7 @@ RING_PORT = INC_PORT + 1         # the host ring baseline's host-to-host traffic
 AGG_IP = "10.0.0.254"
 AGG_MAC = "02:00:00:00:00:fe"
 
-INC_VERSION = 1
+INC_VERSION = 2                  # 2: a 12-bit count, for K above 255 (1: 8 bits)
 POOL_SIZE = 512                  # slots per version in the switch, shared by all jobs
 MAX_WORKERS = 32                 # the switch's contributor bitmap is 32 bits
 JOB_LEAF = 0x80                  # added to set_job's num_workers on a leaf of a hierarchical job
@@ -49,5 +49,35 @@ FLAG_PARTIAL = 0x04              # between switches only: a leaf's partial sum, 
 FLAG_RETRANSMIT = 0x08           # a contribution sent again; a result whose round had one
 
 # Sizes. A packet is Ethernet / IPv4 (no options) / UDP / the INC header / K int32 elements.
+# K, the elements per packet, is a build parameter of allreduce.p4 (INC_K, a multiple of 32) and so
+# part of each job: the controller reads it from the pipeline it pushes and records it in the job.
 HEADER_SIZE = 16                 # the INC header
-DEFAULT_ELEMENTS_PER_PACKET = 32  # K: allreduce.p4's INC_K (tests check)
+ELEMENT_SIZE = 4                 # one int32 element
+IPV4_UDP_SIZE = 20 + 8           # the part of a packet before the INC header that an MTU counts
+ELEMENTS_PER_BLOCK = 32          # K is a multiple of it: the program carries elements in blocks
+DEFAULT_ELEMENTS_PER_PACKET = 32  # allreduce.p4's INC_K when built without one (tests check)
+MAX_ELEMENTS_PER_PACKET = 4064   # the header's count has 12 bits
+
+
+def payload_size(elements_per_packet: int) -> int:
+    """The UDP payload of an INC packet with data: the header and K elements."""
+    return HEADER_SIZE + ELEMENT_SIZE * elements_per_packet
+
+
+def max_elements_per_packet(mtu: int) -> int:
+    """The largest K whose packets fit a link of this MTU (352 at 1500 bytes, 2208 at 9000)."""
+    fits = (mtu - IPV4_UDP_SIZE - HEADER_SIZE) // ELEMENT_SIZE
+    return min(MAX_ELEMENTS_PER_PACKET, fits // ELEMENTS_PER_BLOCK * ELEMENTS_PER_BLOCK)
+
+
+def elements_per_packet_problem(elements_per_packet: int, mtu: int) -> str | None:
+    """Why a switch program built with this K cannot run on links of this MTU, or None."""
+    k = elements_per_packet
+    if k % ELEMENTS_PER_BLOCK or not ELEMENTS_PER_BLOCK <= k <= MAX_ELEMENTS_PER_PACKET:
+        return (f"{k} elements per packet: K must be a multiple of {ELEMENTS_PER_BLOCK} "
+                f"from {ELEMENTS_PER_BLOCK} to {MAX_ELEMENTS_PER_PACKET}")
+    if k > max_elements_per_packet(mtu):
+        return (f"{k} elements per packet make {IPV4_UDP_SIZE + payload_size(k)}-byte IPv4 packets, more than "
+                f"an MTU of {mtu} carries (at most K = {max_elements_per_packet(mtu)}; raise the MTU, "
+                f"e.g. --mtu 9000)")
+    return None

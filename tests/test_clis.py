@@ -123,7 +123,7 @@ def test_topologies_run_refuses_bad_arguments_before_any_fabric(args, message, c
     (bench_cli.main, ["--workers", "9"], "--workers must be 2..8"),
     (bench_cli.main, ["--timeout", "nan"], "--timeout and --trial-timeout positive"),
     (bench_cli.main, ["--trial-timeout", "inf"], "--timeout and --trial-timeout positive"),
-    (bench_cli.main, ["--window", "0"], "--window must be 1..32767"),
+    (bench_cli.main, ["--window", "0"], "--window must be 1..2047"),
     (bench_cli.main, ["-o", "BLOCKED/bench.json"], "cannot write BLOCKED/bench.json: File exists"),
     (collectives_cli.main, ["--timeout", "-1"], "--timeout and --trial-timeout positive"),
     (collectives_cli.main, ["--workers", "1"], "--workers must be 2..8"),

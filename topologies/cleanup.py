@@ -1,8 +1,7 @@
 """Find and remove what a fabric left behind: the processes recorded in `build/run/`
 (switch targets, Mininet node shells, host programs) and switch-side veths named in
 `build/topology.json`; then Mininet's own global cleanup (`mn -c`), but only when no other
-checkout's fabric is up (topologies.machine) or when asked. `make stop` runs this; tests use
-`leftovers`.
+checkout's fabric is up (topologies.machine) or when asked. `make stop` runs this.
 """
 from __future__ import annotations
 
@@ -14,20 +13,12 @@ import sys
 from pathlib import Path
 
 from topologies import machine
-from topologies.fabric import TOPOLOGY_FILE, unimpair_switch_links
+from topologies.fabric import leftovers, present_intfs, recorded_topology, unimpair_switch_links
 from topologies.procs import end, recorded
-from topologies.spec import Topology, TopologyError
 
 log = logging.getLogger(__name__)
 
 MN_CLEAN_TIMEOUT_S = 120.0
-
-
-def leftovers(build_dir: Path, topo: Topology | None = None) -> list[str]:
-    """What is still alive or present from the fabric in `build_dir`, one line each."""
-    found = [f"process {r.pid} ({r.marker})" for r in recorded(build_dir / "run") if r.alive()]
-    found += [f"interface {name}" for name in _present_intfs(build_dir, topo)]
-    return found
 
 
 def clean(build_dir: Path) -> list[str]:
@@ -40,32 +31,14 @@ def clean(build_dir: Path) -> list[str]:
             removed.append(f"process {rec.pid} ({rec.marker})")
         # An interactive shell ignores SIGTERM; SIGHUP is how Mininet ends its node shells.
         end(rec, first=signal.SIGHUP if "mininet:" in rec.marker else signal.SIGTERM)
-    topo = _topology(build_dir)
+    topo = recorded_topology(build_dir)
     if topo is not None:
         unimpair_switch_links(topo)     # the loss rules on switch links live in the root namespace
-    for name in _present_intfs(build_dir, topo):
+    for name in present_intfs(build_dir, topo):
         # Deleting one end of a veth deletes its peer in the host namespace too.
         subprocess.run(["ip", "link", "del", name], check=False, capture_output=True)
         removed.append(f"interface {name}")
     return removed
-
-
-def _topology(build_dir: Path) -> Topology | None:
-    path = build_dir / TOPOLOGY_FILE
-    if not path.exists():
-        return None
-    try:
-        return Topology.load(path)
-    except TopologyError as e:
-        log.warning("cannot tell which interfaces are ours: %s", e)
-        return None
-
-
-def _present_intfs(build_dir: Path, topo: Topology | None) -> list[str]:
-    topo = topo or _topology(build_dir)
-    if topo is None:
-        return []
-    return [name for name in topo.switch_intfs() if Path("/sys/class/net", name).exists()]
 
 
 def mininet_cleanup_decision(build_dir: Path, everything: bool, only_ours: bool,

@@ -22,8 +22,8 @@ from mininet.topo import Topo
 
 from topologies import machine
 from topologies.nodes import BoundedHost, BoundedShell, NodeGone
-from topologies.procs import Recorded, end_child, record
-from topologies.spec import Topology
+from topologies.procs import Recorded, end_child, record, recorded
+from topologies.spec import Topology, TopologyError
 from topologies.switches import switch_class
 
 log = logging.getLogger(__name__)
@@ -157,6 +157,7 @@ class Fabric:
         for node in self.net.hosts + self.net.switches:
             record(self.options.run_dir, f"shell-{node.name}", node.pid, f"mininet:{node.name}")
         self._quiet_interfaces()
+        self._set_mtu()
         self.net.start()
         if self.options.impairment:
             self.impair(self.options.impairment)
@@ -191,7 +192,6 @@ class Fabric:
             if self._lock is not None:
                 # Looked for while the lock is held: once it is released, another fabric on this
                 # machine may bring up interfaces of the same names.
-                from topologies.cleanup import leftovers     # cleanup imports this module
                 self.left_behind = leftovers(self.options.build_dir, self.topo)
                 self._lock.close()
                 self._lock = None
@@ -268,6 +268,16 @@ class Fabric:
                 if node in self.net.switches:
                     node.cmd(f"sysctl -qw net.ipv6.conf.{intf.name}.disable_ipv6=1")
 
+    def _set_mtu(self) -> None:
+        """Every veth, host end and switch end, carries the topology's MTU (jumbo frames: 9000)."""
+        for node in self.net.hosts + self.net.switches:
+            for intf in node.intfList():
+                if intf.name != "lo":
+                    out = node.cmd(f"ip link set dev {intf.name} mtu {self.topo.mtu} 2>&1; echo __rc=$?")
+                    if not out.rstrip().endswith("__rc=0"):
+                        raise FabricError(f"{node.name}: cannot set MTU {self.topo.mtu} on {intf.name}: "
+                                          f"{out.rpartition('__rc=')[0].strip()}")
+
     def impair(self, impairment: Impairment | None) -> None:
         """Replace the loss/duplication/reordering rules on every host link and the loss rules
         on every link between switches (None: none)."""
@@ -316,6 +326,33 @@ class Fabric:
                                   capture_output=True, check=False)
             counts["switch_link_drop"] += sum(int(n) for n, _ in _NFT_COUNTER.findall(done.stdout))
         return counts
+
+
+def leftovers(build_dir: Path, topo: Topology | None = None) -> list[str]:
+    """What is still alive or present from the fabric in `build_dir`, one line each."""
+    found = [f"process {r.pid} ({r.marker})" for r in recorded(build_dir / "run") if r.alive()]
+    found += [f"interface {name}" for name in present_intfs(build_dir, topo)]
+    return found
+
+
+def recorded_topology(build_dir: Path) -> Topology | None:
+    """The topology the fabric in `build_dir` wrote, if any (None if absent or unreadable)."""
+    path = build_dir / TOPOLOGY_FILE
+    if not path.exists():
+        return None
+    try:
+        return Topology.load(path)
+    except TopologyError as e:
+        log.warning("cannot tell which interfaces are ours: %s", e)
+        return None
+
+
+def present_intfs(build_dir: Path, topo: Topology | None = None) -> list[str]:
+    """The switch-side veths of the fabric in `build_dir` (or of `topo`) that still exist."""
+    topo = topo or recorded_topology(build_dir)
+    if topo is None:
+        return []
+    return [name for name in topo.switch_intfs() if Path("/sys/class/net", name).exists()]
 
 
 def unimpair_switch_links(topo: Topology) -> None:

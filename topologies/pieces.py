@@ -17,7 +17,7 @@ import numpy as np
 
 from topologies.fabric import Fabric
 from topologies.procs import end_child
-from topologies.spec import JobSpec
+from topologies.spec import JobSpec, Topology, TopologyError
 from topologies.switches import REPO_ROOT
 
 log = logging.getLogger(__name__)
@@ -39,24 +39,29 @@ class WorkerResult:
     report: dict            # the worker's JSON line: elements, dtype, seconds, ...
 
 
-def compile_program(target: str, source: Path, build_dir: Path) -> str:
-    """Write BUILD/NAME.p4info.txt and BUILD/NAME.json for the target; return NAME."""
+def compile_program(target: str, source: Path, build_dir: Path, elements_per_packet: int | None = None) -> str:
+    """Write BUILD/NAME.p4info.txt and BUILD/NAME.json for the target; return NAME. With
+    `elements_per_packet`, the program is built with INC_K (allreduce.p4's K) defined to it."""
     name = source.stem
     build_dir.mkdir(parents=True, exist_ok=True)
+    defines = [] if elements_per_packet is None else [f"INC_K={elements_per_packet}"]
     if target == "bmv2":
         p4c = shutil.which("p4c")
         if p4c is None:
             raise PieceError("p4c is not installed (not on PATH): install it, or use TARGET=p4sim")
         cmd = [p4c, "--target", "bmv2", "--arch", "v1model",
-               "--p4runtime-files", str(build_dir / f"{name}.p4info.txt"), "-o", str(build_dir), str(source)]
+               "--p4runtime-files", str(build_dir / f"{name}.p4info.txt"), "-o", str(build_dir),
+               *(f"-D{d}" for d in defines), str(source)]
     else:
-        cmd = [sys.executable, "-m", "p4sim", "compile", str(source), "-o", str(build_dir)]
+        cmd = [sys.executable, "-m", "p4sim", "compile", str(source), "-o", str(build_dir),
+               *(arg for d in defines for arg in ("-D", d))]
     _run(cmd, f"compiling {source}")
     return name
 
 
 def setup_controller(topology_path: Path, build_dir: Path, program: str, target: str) -> None:
-    """Push the pipeline and install forwarding, jobs and multicast groups on every switch."""
+    """Push the pipeline and install forwarding, jobs and multicast groups on every switch; the
+    controller records each job's elements per packet in the topology file (`job_elements_per_packet`)."""
     _run([sys.executable, "-m", "controller", "setup", "--topo", str(topology_path), "--target", target,
           "--build-dir", str(build_dir), "--program", program], "controller setup")
 
@@ -121,17 +126,40 @@ def run_matrix(fabric: Fabric, job: JobSpec, work_dir: Path, size: int, seed: in
     return [WorkerResult(w, host, _load_npz(outs[w]), _last_json_line(stdout, w)) for w, host, _, stdout, _ in outputs]
 
 
+def job_elements_per_packet(topology_path: Path, job_id: int) -> int:
+    """The elements per packet (K) the controller recorded for a job when it installed it."""
+    try:
+        jobs = {job.job_id: job for job in Topology.load(topology_path).jobs}
+    except TopologyError as e:
+        raise PieceError(str(e)) from None
+    if job_id not in jobs:
+        raise PieceError(f"{topology_path} has no job {job_id}")
+    k = jobs[job_id].elements_per_packet
+    if k is None:
+        raise PieceError(f"job {job_id} in {topology_path} records no elements per packet: the controller's "
+                         f"setup records the K of the pipeline it pushed; run it first")
+    return k
+
+
 def _run_workers(fabric: Fabric, job: JobSpec, args: list[list[str]],
                  timeout_s: float) -> list[tuple[int, str, int, str, str]]:
-    """Start `python -m hosts.worker` with args[w] (after the job's and worker's ids) on each
-    worker's host at once; (worker, host, exit code, stdout, stderr) of each, in worker order.
-    Workers still running after `timeout_s` (together) are ended; none outlives the call. A fabric
-    found gone meanwhile (Fabric.check) raises FabricError within CHECK_EVERY_S."""
+    """Start `python -m hosts.worker` with args[w] (after the job's and worker's ids and the
+    elements per packet the controller recorded for the job) on each worker's host at once;
+    (worker, host, exit code, stdout, stderr) of each, in worker order. Workers still running
+    after `timeout_s` (together) are ended; none outlives the call. A fabric found gone meanwhile
+    (Fabric.check) raises FabricError within CHECK_EVERY_S."""
+    k = job_elements_per_packet(fabric.options.topology_path, job.job_id)
+    for w, worker_args in enumerate(args):
+        told = [worker_args[i + 1] for i, arg in enumerate(worker_args[:-1]) if arg == "--elements-per-packet"]
+        if any(t != str(k) for t in told):
+            raise PieceError(f"worker {w} of job {job.job_id} was to run with --elements-per-packet {told[-1]}, but "
+                             f"the switch program the controller installed the job on carries {k} elements per packet")
     procs: list[tuple[int, str, subprocess.Popen]] = []
     try:
         for w, (host, worker_args) in enumerate(zip(job.workers, args)):
             cmd = [sys.executable, "-m", "hosts.worker", "--job-id", str(job.job_id), "--worker-id", str(w),
-                   "--workers", str(len(job.workers)), "--interface", fabric.topo.hosts[host].intf, *worker_args]
+                   "--workers", str(len(job.workers)), "--elements-per-packet", str(k),
+                   "--interface", fabric.topo.hosts[host].intf, *worker_args]
             procs.append((w, host, fabric.popen(host, cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE,
                                                 stderr=subprocess.PIPE, text=True)))
         deadline = time.monotonic() + timeout_s

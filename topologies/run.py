@@ -19,10 +19,11 @@ from mininet.log import setLogLevel
 from hosts.args import at_least, output_dir
 from hosts.numerics import check_sum
 from p4sim.dataplane import SLOW_PRESETS
+from protocol import elements_per_packet_problem
 from topologies.fabric import Fabric, FabricError, FabricOptions, Impairment
 from topologies.pieces import (DEFAULT_PROGRAM, PieceError, clear_job_slots, compile_program,
-                               read_counters, run_allreduce, setup_controller)
-from topologies.spec import Topology, TopologyError, leaf_spine, star
+                               job_elements_per_packet, read_counters, run_allreduce, setup_controller)
+from topologies.spec import DEFAULT_MTU, Topology, TopologyError, leaf_spine, star
 from topologies.switches import TARGETS, SwitchError
 
 log = logging.getLogger(__name__)
@@ -41,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
                "  python -m topologies.run --topo star --hosts 4 --cli\n"
                "  python -m topologies.run --hosts 4 --demo --loss 1\n"
                "  python -m topologies.run --hosts 4 --demo --slow bmv2     # p4sim as slow as BMv2\n"
+               "  python -m topologies.run --hosts 4 --demo --mtu 9000 --elements-per-packet 1024\n"
                "  python -m topologies.run --topo leaf-spine --leaves 2 --spines 1 --hosts 2 --cli",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--topo", choices=("star", "leaf-spine"), default="star", help="fabric shape (default: star)")
@@ -55,6 +57,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="switch target (default: $TARGET or p4sim)")
     p.add_argument("--program", type=Path, default=DEFAULT_PROGRAM,
                    help="P4 program the switches run (default: the repository's p4src/allreduce.p4)")
+    p.add_argument("--elements-per-packet", "--inc-k", type=int, metavar="K",
+                   help="build the program with K elements per packet (INC_K, a multiple of 32 up to what one "
+                        "frame of --mtu holds: 352 at 1500, 2208 at 9000; default: the program's own, 32); the "
+                        "controller records it in the job and the workers take it from there")
+    p.add_argument("--mtu", type=int, default=DEFAULT_MTU,
+                   help=f"MTU of every link, host and switch ends (default {DEFAULT_MTU}; 9000: jumbo frames)")
     p.add_argument("--build-dir", type=output_dir, default=Path("build"),
                    help="compiled program, topology.json, logs/, pcaps/ and run/ go here (default: build)")
     mode = p.add_mutually_exclusive_group()
@@ -84,6 +92,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--slow slows p4sim down to BMv2's figures; --target {args.target} runs at its own speed")
     if args.flat and args.topo != "leaf-spine":
         parser.error("--flat chooses how a leaf-spine sums its job; a star has one switch")
+    if args.elements_per_packet is not None and (problem := elements_per_packet_problem(args.elements_per_packet,
+                                                                                        args.mtu)):
+        parser.error(f"--elements-per-packet: {problem}")
     try:
         topo = build_topology(args)
         impairment = (Impairment(args.loss, args.duplicate, args.reorder)
@@ -100,14 +111,16 @@ def main(argv: list[str] | None = None) -> int:
     try:
         options = FabricOptions(target=args.target, build_dir=args.build_dir, pcap=args.pcap,
                                 log_console=args.log_console, impairment=impairment, slow=args.slow)
-        program = compile_program(args.target, args.program, args.build_dir)
+        program = compile_program(args.target, args.program, args.build_dir, args.elements_per_packet)
         status = 0
         try:
             with Fabric(topo, options) as fabric:
                 setup_controller(options.topology_path, args.build_dir, program, args.target)
                 fabric.run_host_commands()
-                print(f"fabric up: {len(topo.hosts)} hosts, switches {', '.join(topo.switches)} ({args.target}); "
-                      f"topology in {options.topology_path}, logs in {options.log_dir}")
+                k = job_elements_per_packet(options.topology_path, topo.jobs[0].job_id)
+                print(f"fabric up: {len(topo.hosts)} hosts, switches {', '.join(topo.switches)} ({args.target}), "
+                      f"{k} elements per packet, MTU {topo.mtu}; topology in {options.topology_path}, "
+                      f"logs in {options.log_dir}")
                 if args.demo:
                     status = demo(fabric, args)
                 elif args.cli:
@@ -127,8 +140,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def build_topology(args: argparse.Namespace) -> Topology:
     if args.topo == "leaf-spine":
-        return leaf_spine(args.leaves, args.spines, args.hosts, hierarchical=not args.flat)
-    return star(args.hosts)
+        return leaf_spine(args.leaves, args.spines, args.hosts, hierarchical=not args.flat, mtu=args.mtu)
+    return star(args.hosts, mtu=args.mtu)
 
 
 def last_slow_stats(log_path: Path) -> str:

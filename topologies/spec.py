@@ -15,6 +15,8 @@ CPU_PORT = 510
 GRPC_BASE_PORT = 50051
 THRIFT_BASE_PORT = 9090
 MAX_STAR_HOSTS = 8
+DEFAULT_MTU = 1500               # bytes of IPv4 packet every link carries, as `ip link` sets it
+MTU_RANGE = (576, 65535)         # IPv4's minimum, veth's maximum
 _MAC = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$")
 _SWITCH_PORT = re.compile(r"^(?P<node>[A-Za-z_][\w]*)-p(?P<port>[1-9]\d*)$")
 _NODE = re.compile(r"^[A-Za-z_]\w*$")
@@ -97,10 +99,18 @@ class JobSpec:
     """An AllReduce job; a worker's id is its position in `workers`. A `hierarchical` job whose
     workers sit under several switches is summed on two levels: each of those switches sums
     its own workers and the switch above them all sums their partials (docs/protocol.md);
-    otherwise the switch above them all sums every worker's packets, the others forward."""
+    otherwise the switch above them all sums every worker's packets, the others forward.
+    `elements_per_packet` (K) is recorded by the controller when it installs the job, from the
+    pipeline it pushed; the job's workers take it from here."""
     job_id: int
     workers: tuple[str, ...]
     hierarchical: bool = False
+    elements_per_packet: int | None = None
+
+    def to_json(self) -> dict:
+        return {"job_id": self.job_id, "workers": list(self.workers),
+                **({"hierarchical": True} if self.hierarchical else {}),
+                **({"elements_per_packet": self.elements_per_packet} if self.elements_per_packet else {})}
 
 
 @dataclass
@@ -110,6 +120,7 @@ class Topology:
     links: list[LinkSpec]
     jobs: list[JobSpec] = field(default_factory=list)
     target: str | None = None       # what the running fabric's switches are (p4sim, bmv2), as it wrote it
+    mtu: int = DEFAULT_MTU           # of every link, hosts' and switches' ends alike
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -140,9 +151,9 @@ class Topology:
                                   "thrift_port": s.thrift_port, "cpu_port": s.cpu_port}
                          for s in self.switches.values()},
             "links": [link.to_json() for link in self.links],
-            "jobs": [{"job_id": j.job_id, "workers": list(j.workers), **({"hierarchical": True} if j.hierarchical else {})}
-                     for j in self.jobs],
+            "jobs": [j.to_json() for j in self.jobs],
             **({"target": self.target} if self.target else {}),
+            "mtu": self.mtu,
         }
 
     @classmethod
@@ -157,8 +168,10 @@ class Topology:
                                          int(s.get("cpu_port", CPU_PORT)))
                         for name, s in data.get("switches", {}).items()}
             links = [_link_from_json(item) for item in data.get("links", [])]
-            jobs = [JobSpec(int(j["job_id"]), tuple(j["workers"]), _flag(j.get("hierarchical", False)))
+            jobs = [JobSpec(int(j["job_id"]), tuple(j["workers"]), _flag(j.get("hierarchical", False)),
+                            _optional_int(j.get("elements_per_packet")))
                     for j in data.get("jobs", [])]
+            mtu = int(data.get("mtu", DEFAULT_MTU))
         except TopologyError:
             raise
         except KeyError as e:
@@ -168,7 +181,7 @@ class Topology:
         target = data.get("target")
         if target is not None and not isinstance(target, str):
             raise TopologyError(f"malformed topology: target must be a name, not {target!r}")
-        return cls(hosts, switches, links, jobs, target)
+        return cls(hosts, switches, links, jobs, target=target, mtu=mtu)
 
     def dump(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -186,7 +199,7 @@ class Topology:
 
 
 def star(n_hosts: int, *, grpc_port: int = GRPC_BASE_PORT, thrift_port: int = THRIFT_BASE_PORT,
-         device_id: int = 0, job_id: int = 1) -> Topology:
+         device_id: int = 0, job_id: int = 1, mtu: int = DEFAULT_MTU) -> Topology:
     """N hosts on one switch: host hi is 10.0.0.i/24, 08:00:00:00:00:0i, on port i."""
     if not 2 <= n_hosts <= MAX_STAR_HOSTS:
         raise TopologyError(f"a star has 2 to {MAX_STAR_HOSTS} hosts, not {n_hosts}")
@@ -195,11 +208,12 @@ def star(n_hosts: int, *, grpc_port: int = GRPC_BASE_PORT, thrift_port: int = TH
              for i, name in enumerate(names, 1)}
     switch = SwitchSpec("s1", device_id, f"127.0.0.1:{grpc_port}", thrift_port)
     links = [LinkSpec(Endpoint(name), Endpoint("s1", i)) for i, name in enumerate(names, 1)]
-    return Topology(hosts, {"s1": switch}, links, [JobSpec(job_id, tuple(names))])
+    return Topology(hosts, {"s1": switch}, links, [JobSpec(job_id, tuple(names))], mtu=mtu)
 
 
 def leaf_spine(leaves: int, spines: int, hosts_per_leaf: int, *, grpc_port: int = GRPC_BASE_PORT,
-               thrift_port: int = THRIFT_BASE_PORT, job_id: int = 1, hierarchical: bool = True) -> Topology:
+               thrift_port: int = THRIFT_BASE_PORT, job_id: int = 1, hierarchical: bool = True,
+               mtu: int = DEFAULT_MTU) -> Topology:
     """Leaves s1..sL and spines after them; leaf l's host j is 10.0.l.j/24 behind gateway 10.0.l.254.
     One job of every host, summed by the leaves and the first spine (`hierarchical`), or by
     the first spine alone.
@@ -227,12 +241,18 @@ def leaf_spine(leaves: int, spines: int, hosts_per_leaf: int, *, grpc_port: int 
             links.append(LinkSpec(Endpoint(f"s{leaf}", hosts_per_leaf + k), Endpoint(spine, leaf)))
     switches = {f"s{i}": SwitchSpec(f"s{i}", i - 1, f"127.0.0.1:{grpc_port + i - 1}", thrift_port + i - 1)
                 for i in range(1, leaves + spines + 1)}
-    return Topology(hosts, switches, links, [JobSpec(job_id, tuple(hosts), hierarchical)])
+    return Topology(hosts, switches, links, [JobSpec(job_id, tuple(hosts), hierarchical)], mtu=mtu)
 
 
 def _flag(value: object) -> bool:
     if not isinstance(value, bool):
         raise TopologyError(f"a job's hierarchical is true or false, not {value!r}")
+    return value
+
+
+def _optional_int(value: object) -> int | None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+        raise TopologyError(f"a job's elements_per_packet is a whole number, not {value!r}")
     return value
 
 
@@ -277,11 +297,15 @@ def _validate(topo: Topology) -> None:
     job_ids = []
     for job in topo.jobs:
         job_ids.append(job.job_id)
+        if job.elements_per_packet is not None and job.elements_per_packet < 1:
+            raise TopologyError(f"job {job.job_id}: elements_per_packet must be at least 1, not {job.elements_per_packet}")
         missing = [w for w in job.workers if w not in topo.hosts]
         if missing:
             raise TopologyError(f"job {job.job_id}: workers {missing} are not hosts")
         _unique(f"job {job.job_id} worker", list(job.workers))
     _unique("job_id", job_ids)
+    if not MTU_RANGE[0] <= topo.mtu <= MTU_RANGE[1]:
+        raise TopologyError(f"mtu {topo.mtu} is outside {MTU_RANGE[0]}..{MTU_RANGE[1]} bytes")
 
 
 def _unique(what: str, values: list) -> None:

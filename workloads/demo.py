@@ -1,9 +1,11 @@
 """`make demo-tp`: the tensor-parallel decoder on N Mininet hosts, once with the switch summing
-(INC) and once with the host ring, each checked against the single-process reference (with
---impl torch: the PyTorch decoder on torch.distributed's "p4inc" backend and on gloo); prints
-per-token latency (median, p99), tokens/s and the share of time in collectives, and writes
-JSON and a PNG. Every worker is `python -m workloads.tp_worker` started with torchrun-style
-environment variables, as a launcher would start it.
+(INC), once with the host ring and once with Open MPI's MPI_Allreduce (TCP through the same
+switch), each checked against the single-process reference (with --impl torch: the PyTorch
+decoder on torch.distributed's "p4inc" backend and on gloo); prints per-token latency (median,
+p99), tokens/s, the share of time in collectives and INC's tokens/s over each baseline's, and
+writes JSON and a PNG. Every worker is `python -m workloads.tp_worker`, started with
+torchrun-style environment variables as a launcher would start it (INC, ring, gloo), or by
+mpirun (MPI).
 """
 from __future__ import annotations
 
@@ -24,20 +26,29 @@ import numpy as np
 from tqdm import tqdm
 
 from bench.environment import describe_environment
+from bench.mpi import ROOT_ENV, mpi_missing, mpirun_command, write_launcher
 from hosts.args import unwritable
+from protocol import elements_per_packet_problem
 from topologies.fabric import Fabric, FabricError, FabricOptions
-from topologies.pieces import DEFAULT_PROGRAM, PieceError, clear_job_slots, compile_program, setup_controller
+from topologies.pieces import (DEFAULT_PROGRAM, PieceError, clear_job_slots, compile_program, job_elements_per_packet,
+                               setup_controller)
 from topologies.procs import end_child
-from topologies.spec import TopologyError, star
+from topologies.spec import DEFAULT_MTU, TopologyError, star
 from topologies.switches import REPO_ROOT
-from workloads.decoder import Comparison, DecoderConfig, compare, prompt_tokens, reference_generate
+from workloads.decoder import Comparison, compare, prompt_tokens, reference_generate
 from workloads.tp_worker import add_model_arguments, model_config
 
 log = logging.getLogger("workloads.demo")
-# What INC is measured against, per decoder: hosts.dist's ring, or torch's gloo through the same switch.
-BASELINES = {"numpy": "ring", "torch": "gloo"}
-LABELS = {"inc": "INC", "ring": "host ring", "gloo": "gloo"}
+# What INC is measured against, per decoder: hosts.dist's ring and Open MPI, or torch's gloo,
+# all through the same switch.
+BASELINES = {"numpy": ("ring", "mpi"), "torch": ("gloo",)}
+BACKENDS = ("inc", "ring", "mpi", "gloo")
+LABELS = {"inc": "INC", "ring": "host ring", "mpi": "MPI_Allreduce", "gloo": "gloo"}
+SHORT = {"ring": "ring", "mpi": "MPI", "gloo": "gloo"}      # the table's INC/... columns
 MASTER_PORT = 29500
+# One BLAS thread per rank, as torchrun sets OMP_NUM_THREADS=1: N ranks share the cores,
+# and OpenBLAS's spinning helper threads would slow every rank several-fold.
+ONE_THREAD = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
 
 
 class DemoError(RuntimeError):
@@ -79,8 +90,8 @@ class Summary:
 
 def run_decoder(fabric: Fabric, backend: str, worker_args: list[str], work_dir: Path,
                 progress: tqdm | None, reference, timeout_s: float, retransmit_ms: float = 50.0) -> Run:
-    """Start one tp_worker per host with launcher variables, follow rank 0's progress (on the bar,
-    if given), check."""
+    """Start the tp_workers (one per host, with launcher variables; for MPI, mpirun starts them),
+    follow rank 0's progress (on the bar, if given), check."""
     job = fabric.topo.jobs[0]
     hosts = [fabric.topo.hosts[h] for h in job.workers]
     out_dir = work_dir / f"{backend}-n{len(hosts)}"
@@ -88,34 +99,42 @@ def run_decoder(fabric: Fabric, backend: str, worker_args: list[str], work_dir: 
     for old in out_dir.glob("rank*.npz"):
         old.unlink()
     clear_job_slots(fabric.options.topology_path, job.job_id, fabric.options.target)
-    procs = []
+    worker = ["-m", "workloads.tp_worker", "--backend", backend, "-o", str(out_dir), *worker_args]
+    started: list[tuple[str, subprocess.Popen, Path]] = []     # (what, process, its stderr)
+
+    def start(what: str, host: str, args: list[str], env: dict[str, str], progress_out: bool) -> None:
+        err = out_dir / f"{what.replace(' ', '')}.err"
+        with err.open("w") as stderr:
+            started.append((what, fabric.popen(host, args, cwd=REPO_ROOT, env={**os.environ, **env}, text=True,
+                                               stderr=stderr,
+                                               stdout=subprocess.PIPE if progress_out else subprocess.DEVNULL), err))
     try:
-        for rank, host in enumerate(hosts):
-            # One BLAS thread per rank, as torchrun sets OMP_NUM_THREADS=1: N ranks share the cores,
-            # and OpenBLAS's spinning helper threads would slow every rank several-fold.
-            env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "RANK": str(rank), "WORLD_SIZE": str(len(hosts)), "LOCAL_RANK": "0",
-                   "MASTER_ADDR": hosts[0].address, "MASTER_PORT": str(MASTER_PORT), "GLOO_SOCKET_IFNAME": host.intf,
-                   "P4INC_JOB_ID": str(job.job_id), "P4INC_INTERFACE": host.intf,
-                   "P4INC_TIMEOUT_MS": str(retransmit_ms)}
-            stderr = open(out_dir / f"rank{rank}.err", "w")
-            procs.append(fabric.popen(host.name, [sys.executable, "-m", "workloads.tp_worker", "--backend", backend,
-                                                  "-o", str(out_dir), *worker_args],
-                                      cwd=REPO_ROOT, env=env, text=True, stderr=stderr,
-                                      stdout=subprocess.PIPE if rank == 0 else subprocess.DEVNULL))
-            stderr.close()
-        _follow(procs[0], progress, f"N={len(hosts)} {backend}", timeout_s)
+        if backend == "mpi":
+            launcher = write_launcher(fabric, list(job.workers), fabric.options.run_dir / "tp-mpi-launcher.sh")
+            start("mpirun", hosts[0].name, mpirun_command(fabric, list(job.workers), launcher, REPO_ROOT,
+                                                          tuple(worker), ONE_THREAD), ROOT_ENV, True)
+        else:
+            k = job_elements_per_packet(fabric.options.topology_path, job.job_id)
+            for rank, host in enumerate(hosts):
+                start(f"rank {rank}", host.name, [sys.executable, *worker], {
+                    **ONE_THREAD, "RANK": str(rank), "WORLD_SIZE": str(len(hosts)), "LOCAL_RANK": "0",
+                    "MASTER_ADDR": hosts[0].address, "MASTER_PORT": str(MASTER_PORT),
+                    "GLOO_SOCKET_IFNAME": host.intf, "P4INC_JOB_ID": str(job.job_id),
+                    "P4INC_ELEMENTS_PER_PACKET": str(k), "P4INC_INTERFACE": host.intf,
+                    "P4INC_TIMEOUT_MS": str(retransmit_ms)}, rank == 0)
+        _follow(started[0][1], progress, f"N={len(hosts)} {backend}", timeout_s)
         deadline = time.monotonic() + 30
-        for proc in procs:
+        for _, proc, _ in started:
             try:
                 proc.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 pass
-        failed = [f"rank {r} (exit {p.returncode}): {(out_dir / f'rank{r}.err').read_text().strip()[-400:]}"
-                  for r, p in enumerate(procs) if p.returncode != 0]
+        failed = [f"{what} (exit {proc.returncode}): {err.read_text().strip()[-400:]}"
+                  for what, proc, err in started if proc.returncode != 0]
         if failed:
             raise DemoError(f"N={len(hosts)} {backend}: " + "; ".join(failed))
     finally:
-        for proc in procs:
+        for _, proc, _ in started:
             end_child(proc)
     shards = [np.load(out_dir / f"rank{r}.npz") for r in range(len(hosts))]
     tokens = shards[0]["tokens"].tolist()
@@ -145,30 +164,39 @@ def _follow(proc: subprocess.Popen, progress: tqdm | None, label: str, timeout_s
             progress.update()
 
 
-def print_table(summaries: list[Summary], baseline: str = "ring") -> None:
+def inc_ratios(summaries: list[Summary]) -> dict[int, dict[str, float]]:
+    """Per N, INC's tokens/s over each baseline's that ran at that N."""
     by = {(s.workers, s.backend): s for s in summaries}
+    return {n: {base: inc.tokens_per_s / by[(n, base)].tokens_per_s for base in BACKENDS[1:] if (n, base) in by}
+            for (n, backend), inc in by.items() if backend == "inc"}
+
+
+def print_table(summaries: list[Summary], baselines: tuple[str, ...] = ("ring", "mpi")) -> None:
+    ratios = inc_ratios(summaries)
+    heads = " ".join(f"{'INC/' + SHORT[b]:>8}" for b in baselines)
     print(f"{'N':>2} {'backend':7} {'median ms':>10} {'p99 ms':>8} {'tokens/s':>9} {'in collectives':>15} "
-          f"{'INC speedup':>11}  check")
+          f"{heads}  check")
     for s in summaries:
-        base = by.get((s.workers, baseline))
-        speedup = f"{s.tokens_per_s / base.tokens_per_s:.2f}x" if s.backend == "inc" and base else ""
+        mine = ratios.get(s.workers, {}) if s.backend == "inc" else {}
+        cells = [f"{mine[base]:.2f}x" if base in mine else "" for base in baselines]
         check = "OK" if s.correct else "WRONG"
         print(f"{s.workers:>2} {s.backend:7} {s.median_ms:>10.1f} {s.p99_ms:>8.1f} {s.tokens_per_s:>9.2f} "
-              f"{100 * s.comm_share:>14.0f}% {speedup:>11}  {check} (max logit error {s.max_logit_error:.2g}, "
-              f"tolerance {s.tolerance:.2g})")
+              f"{100 * s.comm_share:>14.0f}% {' '.join(f'{c:>8}' for c in cells)}  {check} (max logit error "
+              f"{s.max_logit_error:.2g}, tolerance {s.tolerance:.2g})")
 
 
-def plot(summaries: list[Summary], path: Path, title: str, backends: tuple[str, ...] = ("inc", "ring")) -> None:
+def plot(summaries: list[Summary], path: Path, title: str) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     ns = sorted({s.workers for s in summaries})
     by = {(s.workers, s.backend): s for s in summaries}
+    backends = [b for b in BACKENDS if any(s.backend == b for s in summaries)]
     fig, (rate, latency) = plt.subplots(1, 2, figsize=(10, 4))
-    width = 0.38
+    width = 0.8 / len(backends)
     for i, backend in enumerate(backends):
-        xs = [j + (i - 0.5) * width for j in range(len(ns))]
+        xs = [j + (i - (len(backends) - 1) / 2) * width for j in range(len(ns))]
         got = [by.get((n, backend)) for n in ns]
         rate.bar(xs, [s.tokens_per_s if s else 0 for s in got], width, label=LABELS[backend])
         med = [s.median_ms if s else 0 for s in got]
@@ -189,9 +217,9 @@ def plot(summaries: list[Summary], path: Path, title: str, backends: tuple[str, 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m workloads.demo",
-        description="Tensor-parallel decoding on a Mininet star: INC AllReduce against the host ring, both "
-                    "checked against the single-process reference. Needs root. Prints a table; writes JSON "
-                    "and a PNG.",
+        description="Tensor-parallel decoding on a Mininet star: INC AllReduce against the host ring and "
+                    "Open MPI's MPI_Allreduce through the same switch, all checked against the single-process "
+                    "reference. Needs root. Prints a table; writes JSON and a PNG.",
         epilog="example (the numbers in docs/results):\n"
                "  python -m workloads.demo --workers 2 4 8 --tokens 64 --reps 3 -o docs/results/tp.json",
         formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -203,7 +231,14 @@ def main(argv: list[str] | None = None) -> int:
     add_model_arguments(p)
     p.add_argument("--reps", type=int, default=1, help="generations per backend and N, alternating which "
                    "backend goes first (default 1)")
+    p.add_argument("--backends", nargs="+", choices=BACKENDS,
+                   help="what the decoder's collectives run on (default all that --impl runs: numpy, inc ring mpi; "
+                        "torch, inc gloo)")
     p.add_argument("--target", choices=("p4sim", "bmv2"), default=os.environ.get("TARGET", "p4sim"))
+    p.add_argument("--mtu", type=int, default=DEFAULT_MTU,
+                   help=f"MTU of every link, for all backends (default {DEFAULT_MTU}; 9000: jumbo frames)")
+    p.add_argument("--elements-per-packet", type=int, metavar="K",
+                   help="build the switch program with K elements per packet (default: the program's, 32)")
     p.add_argument("--retransmit-ms", type=float, default=50.0,
                    help="the ring: milliseconds before a packet is sent again (default 50, as make bench; INC adapts its own)")
     p.add_argument("--run-timeout", type=float, default=300.0, help="give up on a run that reports no token "
@@ -225,13 +260,20 @@ def main(argv: list[str] | None = None) -> int:
     for path in (args.out, args.out.with_suffix(".png")):
         if (why := unwritable(path)) is not None:
             p.error(why)
+    if args.elements_per_packet is not None and (problem := elements_per_packet_problem(args.elements_per_packet,
+                                                                                        args.mtu)):
+        p.error(f"--elements-per-packet: {problem}")
+    backends = tuple(b for b in ("inc", *BASELINES[args.impl]) if b in (args.backends or BACKENDS))
+    if (wrong := sorted(set(args.backends or ()) - set(backends))):
+        p.error(f"--impl {args.impl} runs {', '.join(('inc', *BASELINES[args.impl]))}, not {', '.join(wrong)}")
+    if "mpi" in backends and (why := mpi_missing()) is not None:
+        p.error(f"cannot run the MPI row: {why}; or leave it out with --backends inc ring")
     if os.geteuid() != 0:
         p.error("Mininet needs root: run as root (sudo make demo-tp)")
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     if args.impl == "torch" and importlib.util.find_spec("torch") is None:
         p.error("--impl torch needs PyTorch: make setup TORCH=1")
     worker_args = [*_model_flags(args), "--impl", args.impl]
-    backends = ("inc", BASELINES[args.impl])
     print(f"reference: {config.layers} layers, hidden {config.hidden}, {config.heads} heads, ffn {config.ffn}, "
           f"vocab {config.vocab}, float32; {args.tokens} tokens after a {args.prompt_length}-token prompt ...")
     build = REPO_ROOT / "build" / "tp"
@@ -239,16 +281,18 @@ def main(argv: list[str] | None = None) -> int:
     runs: list[Run] = []
     started = time.monotonic()
     try:
-        program = compile_program(args.target, DEFAULT_PROGRAM, build)
+        program = compile_program(args.target, DEFAULT_PROGRAM, build, args.elements_per_packet)
         reference = reference_generate(config, prompt_tokens(config, args.prompt_length), args.tokens)
         print(f"reference tokens: {reference.tokens}")
         with tqdm(total=len(args.workers) * len(backends) * args.reps * args.tokens, unit="token") as progress:
             for n in args.workers:
                 progress.write(f"N={n}: starting a star of {n} hosts on {args.target} ...")
-                with Fabric(star(n), options) as fabric:
+                with Fabric(star(n, mtu=args.mtu), options) as fabric:
                     setup_controller(options.topology_path, build, program, args.target)
+                    k = job_elements_per_packet(options.topology_path, fabric.topo.jobs[0].job_id)
                     for rep in range(args.reps):
-                        for backend in (backends if rep % 2 == 0 else backends[::-1]):
+                        # Rotate which backend goes first, so drift hits all alike.
+                        for backend in backends[rep % len(backends):] + backends[:rep % len(backends)]:
                             runs.append(run_decoder(fabric, backend, worker_args, build / "runs", progress,
                                                     reference, args.run_timeout, args.retransmit_ms))
     except (DemoError, FabricError, PieceError, TopologyError) as e:
@@ -258,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
         print("\ninterrupted: fabric stopped", file=sys.stderr)
         return 130
     summaries = [Summary.of([r for r in runs if (r.workers, r.backend) == key])
-                 for key in sorted({(r.workers, r.backend) for r in runs})]
+                 for key in sorted({(r.workers, r.backend) for r in runs}, key=lambda k: (k[0], BACKENDS.index(k[1])))]
     print_table(summaries, BASELINES[args.impl])
     margin = min(r.comparison.min_margin for r in runs)
     tolerance = max(s.tolerance for s in summaries)
@@ -269,14 +313,15 @@ def main(argv: list[str] | None = None) -> int:
     args.out.write_text(json.dumps({
         "environment": describe_environment(args.target),
         "config": {**asdict(config), "impl": args.impl, "prompt_length": args.prompt_length, "tokens": args.tokens,
-                   "reps": args.reps, "duration_s": time.monotonic() - started},
+                   "reps": args.reps, "mtu": args.mtu, "elements_per_packet": k,
+                   "duration_s": time.monotonic() - started},
         "reference_tokens": reference.tokens,
         "summaries": [asdict(s) for s in summaries],
+        "inc_tokens_per_s_over": {str(n): r for n, r in inc_ratios(summaries).items()},
         "runs": [{**asdict(r), "comparison": {**asdict(r.comparison), "ok": r.comparison.ok}} for r in runs]},
         indent=2))
     png = args.out.with_suffix(".png")
-    plot(summaries, png, f"{config.layers}-layer {args.impl} decoder, hidden {config.hidden}, float32, {args.target}",
-         backends)
+    plot(summaries, png, f"{config.layers}-layer {args.impl} decoder, hidden {config.hidden}, float32, {args.target}")
     print(f"wrote {args.out} and {png}")
     return 0 if all(s.correct for s in summaries) else 1
 

@@ -1,7 +1,9 @@
 """One rank of the tensor-parallel decoder, as a launcher starts it: rank and world size come
 from the environment (torchrun's RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT or Open MPI's
-OMPI_COMM_WORLD_*), the collectives from hosts.dist (--impl numpy), or the PyTorch decoder
-(workloads/torch_decoder.py) on torch.distributed's "p4inc" backend or gloo (--impl torch). Writes this rank's tokens, logits slice
+OMPI_COMM_WORLD_*), the collectives from hosts.dist (--impl numpy), or with --backend mpi Open
+MPI's own MPI_Allreduce and MPI_Allgather (mpi4py; started by mpirun), the external baseline; or the
+PyTorch decoder (workloads/torch_decoder.py) on torch.distributed's "p4inc" backend or gloo
+(--impl torch). Writes this rank's tokens, logits slice
 and timings to OUT_DIR/rank<R>.npz; rank 0 prints one JSON line per generated token (progress)
 and a last line with the summary.
 
@@ -14,6 +16,7 @@ import json
 import logging
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -45,6 +48,38 @@ def model_config(args: argparse.Namespace) -> DecoderConfig:
                          max_positions=max(DecoderConfig.max_positions, args.prompt_length + args.tokens))
 
 
+@dataclass
+class MpiStats:
+    calls: int = 0
+
+
+class MpiGroup:
+    """The decoder's collectives as Open MPI's MPI_Allreduce and MPI_Allgather (mpi4py, TCP
+    between the ranks mpirun started): the baseline nobody here wrote."""
+    backend = "mpi"
+
+    def __init__(self) -> None:
+        from mpi4py import MPI      # only here: the other backends run without Open MPI
+        self._sum = MPI.SUM
+        self.comm = MPI.COMM_WORLD
+        self.rank, self.world_size = self.comm.rank, self.comm.size
+        self.stats = MpiStats()
+
+    def all_reduce(self, array: np.ndarray) -> np.ndarray:
+        array = np.ascontiguousarray(array)
+        result = np.empty_like(array)
+        self.comm.Allreduce(array, result, op=self._sum)
+        self.stats.calls += 1
+        return result
+
+    def all_gather(self, array: np.ndarray) -> list[np.ndarray]:
+        array = np.ascontiguousarray(array)
+        gathered = np.empty((self.world_size, *array.shape), array.dtype)
+        self.comm.Allgather(array, gathered)
+        self.stats.calls += 1
+        return list(gathered)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m workloads.tp_worker",
@@ -56,9 +91,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--impl", choices=IMPLS, default="numpy",
                    help="numpy: the numpy decoder on hosts.dist; torch: the PyTorch decoder on torch.distributed "
                         "(needs make setup TORCH=1) (default numpy)")
-    p.add_argument("--backend", choices=(*dist.BACKENDS, "gloo"), default=os.environ.get("P4INC_BACKEND", "auto"),
+    p.add_argument("--backend", choices=(*dist.BACKENDS, "gloo", "mpi"),
+                   default=os.environ.get("P4INC_BACKEND", "auto"),
                    help="inc: the switch sums; ring: host ring; auto: the switch if it answers, else the ring; "
-                        "gloo: torch's own backend (--impl torch only) (default $P4INC_BACKEND or auto)")
+                        "gloo: torch's own backend (--impl torch only); mpi: Open MPI's MPI_Allreduce under "
+                        "mpirun (--impl numpy only) (default $P4INC_BACKEND or auto)")
     p.add_argument("-o", "--out-dir", type=Path, required=True, help="where rank<R>.npz is written")
     return p
 
@@ -70,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--tokens and --prompt-length must be at least 1")
     if args.backend == "gloo" and args.impl != "torch":
         parser.error("--backend gloo needs --impl torch")
+    if args.backend == "mpi" and args.impl != "numpy":
+        parser.error("--backend mpi needs --impl numpy")
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(name)s %(levelname)s %(message)s")
     try:
         config = model_config(args)
@@ -98,20 +137,22 @@ def main(argv: list[str] | None = None) -> int:
 
 
 class _NumpyRun:
-    """The numpy decoder on hosts.dist's default group."""
+    """The numpy decoder on hosts.dist's default group, or on Open MPI (MpiGroup)."""
 
     def __init__(self, backend: str) -> None:
-        self.group = dist.init_process_group(backend)
+        self.group = MpiGroup() if backend == "mpi" else dist.init_process_group(backend)
         self.rank, self.world_size = self.group.rank, self.group.world_size
 
     def decoder(self, config: DecoderConfig) -> Decoder:
         return Decoder(load_shard(config, self.rank, self.world_size), self.group)
 
     def summary(self) -> dict:
-        return {"backend": self.group.backend, "fallbacks": self.group.stats.fallbacks, "calls": self.group.stats.calls}
+        return {"backend": self.group.backend, "fallbacks": getattr(self.group.stats, "fallbacks", 0),
+                "calls": self.group.stats.calls}
 
     def close(self) -> None:
-        dist.destroy_process_group()
+        if not isinstance(self.group, MpiGroup):
+            dist.destroy_process_group()
 
 
 class _TorchRun:

@@ -31,10 +31,9 @@ void header_pack(const inc_header *h, uint8_t *out)
     out[1] = (uint8_t)h->flags;
     out[2] = (uint8_t)(h->job_id >> 8);
     out[3] = (uint8_t)h->job_id;
-    out[4] = (uint8_t)h->worker_id;
-    out[5] = (uint8_t)h->count;
-    out[6] = (uint8_t)(h->pool_version << 7 | h->slot >> 8);
-    out[7] = (uint8_t)h->slot;
+    /* bytes 4-7, one big-endian word: worker_id 8 bits, count 12, pool_version 1, slot 11 */
+    put_be32(out + 4, (uint32_t)h->worker_id << 24 | (uint32_t)(h->count & 0xFFF) << 12 |
+                      (uint32_t)(h->pool_version & 1) << 11 | (h->slot & 0x7FF));
     put_be32(out + 8, h->seq);
     out[12] = (uint8_t)h->exponent;         /* int8, two's complement */
     out[13] = (uint8_t)h->need;
@@ -47,10 +46,11 @@ void header_unpack(const uint8_t *in, inc_header *h)
     h->opcode = in[0] & 0xF;
     h->flags = in[1];
     h->job_id = in[2] << 8 | in[3];
-    h->worker_id = in[4];
-    h->count = in[5];
-    h->pool_version = in[6] >> 7;
-    h->slot = (in[6] & 0x7F) << 8 | in[7];
+    uint32_t wcs = get_be32(in + 4);
+    h->worker_id = wcs >> 24;
+    h->count = wcs >> 12 & 0xFFF;
+    h->pool_version = wcs >> 11 & 1;
+    h->slot = wcs & 0x7FF;
     h->seq = get_be32(in + 8);
     h->exponent = (int8_t)in[12];
     h->need = (int8_t)in[13];

@@ -55,7 +55,7 @@ def test_bench_refuses_bad_arguments_with_usage():
     ("bench", [], "cannot write"),
     ("bench.host", [], "cannot write"),
     ("bench.p4sim", [], "cannot write"),
-    ("bench.host", ["--window", "0"], "--window must be 1..32767"),
+    ("bench.host", ["--window", "0"], "--window must be 1..2047"),
 ])
 def test_bench_clis_end_in_one_line_errors_not_tracebacks(tmp_path, module, args, message):
     """A file where the output's folder should be makes -o unwritable, even for root."""

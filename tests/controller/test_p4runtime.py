@@ -12,12 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from controller.allreduce import clear_slots, forwarding_entries, job_entries, jobs_on_switch
+from controller.allreduce import forwarding_entries, job_entries, jobs_on_switch
 from controller.control import (install_table_entries, push_pipeline, read_counters,
                                 read_default_entry, read_multicast_groups, read_table_entries)
 from controller.entries import TableEntry, normalized
 from controller.errors import ControllerError
 from controller.fabric import setup_switch
+from controller.install import clear_slots
 from controller.switch import Switch
 from topologies.spec import JobSpec, Topology
 

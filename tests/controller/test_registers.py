@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from controller.allreduce import SLOT_REGISTERS, clear_slots, jobs_on_switch
+from controller.allreduce import SLOT_REGISTERS, jobs_on_switch
 from controller.control import push_pipeline
 from controller.errors import ControllerError
+from controller.install import clear_slots
 from controller.registers import P4RuntimeRegisters, ThriftRegisters
 from controller.switch import Switch
 from topologies.spec import star

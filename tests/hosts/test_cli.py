@@ -130,7 +130,7 @@ def test_bad_arguments_give_a_message_not_a_traceback() -> None:
     (["--workers", "2", "--worker-id", "0", "--collective", "broadcast", "--check"],
      "--collective broadcast runs on inc only, without --check"),
     (["--workers", "2", "--worker-id", "0", "--collective", "reduce", "--root", "2"], "--root must be a worker 0..1"),
-    (["--workers", "2", "--worker-id", "0", "--elements-per-packet", "256"], "--elements-per-packet must be 1..255"),
+    (["--workers", "2", "--worker-id", "0", "--elements-per-packet", "4065"], "--elements-per-packet must be 1..4064"),
     (["--workers", "2", "--worker-id", "0", "--engine", "rust"], "argument --engine: invalid choice"),
 ])
 def test_impossible_combinations_are_one_line_usage_errors(args: list[str], message: str, tmp_path: Path) -> None:

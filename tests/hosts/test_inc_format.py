@@ -70,7 +70,7 @@ def test_layer_is_bound_to_the_inc_port_both_ways() -> None:
 def test_layer_fills_count_and_pads_elements() -> None:
     raw = bytes(Inc(elements=[-1, 2, 3]))
     assert len(raw) == PAYLOAD_SIZE
-    assert raw[5] == 3
+    assert int.from_bytes(raw[5:8], "big") >> 12 == 3      # the 12-bit count
     assert raw[HEADER_SIZE:HEADER_SIZE + 12] == bytes.fromhex("ffffffff0000000200000003")
     assert raw[HEADER_SIZE + 12:] == bytes(4 * (INC_K - 3))
 
@@ -128,9 +128,9 @@ def test_a_job_s_own_k_packs_as_its_scapy_layer_builds_and_reads_back(k: int) ->
     assert raw == bytes(_scapy(full, list(range(k)), inc_layer(k))) and unpack(raw, k)[0] == full
 
 
-def test_elements_per_packet_beyond_the_count_byte_is_refused() -> None:
+def test_elements_per_packet_beyond_the_count_field_is_refused() -> None:
     for k in (0, MAX_ELEMENTS + 1):
-        with pytest.raises(ValueError, match="elements per packet must be 1..255"):
+        with pytest.raises(ValueError, match="elements per packet must be 1..4064"):
             inc_layer(k)
 
 

@@ -10,7 +10,7 @@ from p4sim.state import TableEntry
 from scapy.layers.inet import ICMP, IP, UDP
 from scapy.layers.l2 import ARP, Ether
 
-from hosts.inc import (AGG_IP, AGG_MAC, FLAG_OVERFLOW, FLAG_RESENT, FLAG_RETRANSMIT, INC_K, INC_PORT, OP_CONTRIB,
+from hosts.inc import (AGG_IP, AGG_MAC, FLAG_OVERFLOW, FLAG_RESENT, FLAG_RETRANSMIT, INC_K, INC_PORT, INC_VERSION, OP_CONTRIB,
                        OP_RESULT, POOL_SIZE, REDUCE_MAX, REDUCE_MIN, Inc, IncHeader, pack, unpack)
 from tests.hosts.conftest import Job, counter, host, install_forwarding, install_job, registers
 
@@ -201,7 +201,7 @@ BAD_PACKETS = {
     "result opcode from a host": ("MyIngress.malformed_drops", lambda: _with_inc(opcode=OP_RESULT)),
     "unknown reduce_op": ("MyIngress.malformed_drops", lambda: _with_inc(reduce_op=REDUCE_MAX + 1)),
     "bad IPv4 checksum": ("MyIngress.malformed_drops", lambda: _bad(lambda f: f[:24] + bytes([f[24] ^ 1]) + f[25:])),
-    "unknown protocol version": ("MyIngress.bad_version_drops", lambda: _with_inc(version=2)),
+    "unknown protocol version": ("MyIngress.bad_version_drops", lambda: _with_inc(version=INC_VERSION + 1)),
     "ping to the aggregator": ("MyIngress.malformed_drops", lambda: (1, bytes(
         Ether(src=HOSTS[0].mac, dst=AGG_MAC) / IP(src=HOSTS[0].ip, dst=AGG_IP) / ICMP()))),
 }

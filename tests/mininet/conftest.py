@@ -18,9 +18,9 @@ import pytest
 
 from topologies import fabric as fabric_module
 from topologies.fabric import Fabric, FabricOptions, Impairment
-from topologies.pieces import (DEFAULT_PROGRAM, WorkerResult, clear_job_slots, compile_program, read_counters,
-                               run_allreduce, run_matrix, setup_controller)
-from topologies.spec import JobSpec, Topology, leaf_spine, star
+from topologies.pieces import (DEFAULT_PROGRAM, WorkerResult, clear_job_slots, compile_program,
+                               job_elements_per_packet, read_counters, run_allreduce, run_matrix, setup_controller)
+from topologies.spec import DEFAULT_MTU, JobSpec, Topology, leaf_spine, star
 from topologies.switches import P4RuntimeSwitch, TargetArgs
 
 StarFactory = Callable[..., Fabric]
@@ -39,11 +39,12 @@ def fabrics(base_dir: Path) -> Iterator[StarFactory]:
     started: list[Fabric] = []
 
     def make(n_hosts: int, *, impairment: Impairment | None = None, target: str = "p4sim",
-             slow: str | None = None, leaves: int = 0, flat: bool = False, job_sizes: tuple[int, ...] = ()) -> Fabric:
-        topo = shape(n_hosts, leaves, flat)
+             slow: str | None = None, leaves: int = 0, flat: bool = False, job_sizes: tuple[int, ...] = (),
+             mtu: int = DEFAULT_MTU) -> Fabric:
+        topo = shape(n_hosts, leaves, flat, mtu)
         if job_sizes:       # one job per size k, of the first k hosts (its id k), instead of one of all
             topo = Topology(topo.hosts, topo.switches, topo.links,
-                            [JobSpec(k, tuple(list(topo.hosts)[:k])) for k in job_sizes])
+                            [JobSpec(k, tuple(list(topo.hosts)[:k])) for k in job_sizes], mtu=topo.mtu)
         options = FabricOptions(target=target, build_dir=base_dir / f"fabric{len(started)}",
                                 impairment=impairment, slow=slow)
         fabric = Fabric(topo, options)
@@ -60,16 +61,16 @@ def fabrics(base_dir: Path) -> Iterator[StarFactory]:
     assert not leaked, f"the fabric left these behind: {leaked}"
 
 
-def shape(n_hosts: int, leaves: int, flat: bool = False) -> Topology:
+def shape(n_hosts: int, leaves: int, flat: bool = False, mtu: int = DEFAULT_MTU) -> Topology:
     """A star of `n_hosts`, or (`leaves` > 0) a leaf-spine of that many leaves of `n_hosts`
     each under one spine (its job summed by the spine alone if `flat`, else on both levels);
-    every switch on free gRPC and Thrift ports."""
+    every switch on free gRPC and Thrift ports, every link of `mtu`."""
     if not leaves:
-        return star(n_hosts, grpc_port=free_port(), thrift_port=free_port())
+        return star(n_hosts, grpc_port=free_port(), thrift_port=free_port(), mtu=mtu)
     # leaf_spine numbers its switches' ports up from the base: find a free run of them.
     base = free_run(leaves + 1)
     return leaf_spine(leaves, 1, n_hosts, grpc_port=base, thrift_port=free_run(leaves + 1, avoid=base),
-                      hierarchical=not flat)
+                      hierarchical=not flat, mtu=mtu)
 
 
 def free_run(length: int, avoid: int | None = None) -> int:
@@ -111,6 +112,11 @@ class IncStar:
     def n(self) -> int:
         return len(self.job.workers)
 
+    @property
+    def k(self) -> int:
+        """The job's elements per packet, as the controller recorded it."""
+        return job_elements_per_packet(self.fabric.options.topology_path, self.job.job_id)
+
     def allreduce(self, tensors: list[np.ndarray], *worker_args: str) -> list[np.ndarray]:
         """Each worker w AllReduces tensors[w]; returns every worker's result, in worker order."""
         return [r.result for r in self.run(tensors, *worker_args)]
@@ -147,14 +153,16 @@ class IncStar:
 
 @contextmanager
 def inc_fabric(base: Path, n_hosts: int, target: str, slow: str | None = None, leaves: int = 0,
-               flat: bool = False, job_sizes: tuple[int, ...] = ()) -> Iterator[IncStar]:
-    """Compile allreduce.p4 for `target`, start a star on it (or a leaf-spine of `leaves`
-    leaves of `n_hosts`; p4sim slowed to the `slow` preset, if given; `job_sizes`: a job of
-    the first k hosts for each k, not one of all), let the controller set it up and run the
-    hosts' commands (a leaf-spine's hosts route through their leaf)."""
-    program = compile_program(target, DEFAULT_PROGRAM, base / "program")
+               flat: bool = False, job_sizes: tuple[int, ...] = (), elements_per_packet: int | None = None,
+               mtu: int = DEFAULT_MTU) -> Iterator[IncStar]:
+    """Compile allreduce.p4 for `target` (with `elements_per_packet` as its K, if given), start
+    a star on it (or a leaf-spine of `leaves` leaves of `n_hosts`; p4sim slowed to the `slow`
+    preset, if given; `job_sizes`: a job of the first k hosts for each k, not one of all; links
+    of `mtu`), let the controller set it up and run the hosts' commands (a leaf-spine's hosts
+    route through their leaf)."""
+    program = compile_program(target, DEFAULT_PROGRAM, base / "program", elements_per_packet)
     with fabrics(base) as make:
-        fabric = make(n_hosts, target=target, slow=slow, leaves=leaves, flat=flat, job_sizes=job_sizes)
+        fabric = make(n_hosts, target=target, slow=slow, leaves=leaves, flat=flat, job_sizes=job_sizes, mtu=mtu)
         setup_controller(fabric.options.topology_path, base / "program", program, target)
         fabric.run_host_commands()
         yield IncStar(fabric, base / "tensors")

@@ -13,7 +13,7 @@ import time
 import numpy as np
 import pytest
 
-from topologies.cleanup import leftovers
+from topologies.fabric import leftovers
 from topologies.fabric import FabricError, Impairment
 from topologies.nodes import NodeGone
 from topologies.pieces import run_allreduce

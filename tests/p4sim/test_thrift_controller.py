@@ -13,7 +13,8 @@ from typing import Iterator
 
 import pytest
 
-from controller.allreduce import SLOT_REGISTERS, clear_slots, jobs_on_switch
+from controller.allreduce import SLOT_REGISTERS, jobs_on_switch
+from controller.install import clear_slots
 from controller.control import install_table_entries, push_pipeline, read_table_entries
 from controller.entries import TableEntry
 from controller.registers import ThriftRegisters

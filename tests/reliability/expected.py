@@ -44,10 +44,11 @@ def expected_counter(frame: bytes, port: int, admitted: Admitted) -> str:
     if inc[0] >> 4 != INC_VERSION:
         return "bad_version_drops"
     opcode, reduce_op, collective, root = inc[0] & 0x0F, inc[14], inc[15] >> 5, inc[15] & 0x1F
-    if opcode not in (OP_CONTRIB, OP_JOIN) or not 1 <= inc[5] <= INC_K or reduce_op > REDUCE_MAX \
+    count_version_slot = int.from_bytes(inc[5:8], "big")       # count 12 bits, version 1, slot 11
+    if opcode not in (OP_CONTRIB, OP_JOIN) or not 1 <= count_version_slot >> 12 <= INC_K or reduce_op > REDUCE_MAX \
             or collective > COLL_BARRIER:
         return "malformed_drops"
-    job, worker, slot = struct.unpack_from("!H", inc, 2)[0], inc[4], struct.unpack_from("!H", inc, 6)[0] & 0x7FFF
+    job, worker, slot = struct.unpack_from("!H", inc, 2)[0], inc[4], count_version_slot & 0x7FF
     sends_data = collective in (COLL_ALLREDUCE, COLL_REDUCE) or (collective == COLL_BROADCAST and worker == root)
     if sends_data != (opcode == OP_CONTRIB) or (collective >= COLL_BROADCAST and reduce_op != REDUCE_SUM):
         return "malformed_drops"

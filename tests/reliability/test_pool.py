@@ -18,7 +18,8 @@ from typing import Iterator
 import numpy as np
 import pytest
 
-from controller.allreduce import INC_JOB, install_forwarding, place_job
+from controller.allreduce import INC_JOB, place_job
+from controller.install import install_forwarding
 from controller.control import push_pipeline, read_multicast_groups, read_table_entries
 from controller.pool import CANNOT_AGGREGATE, NO_ROOM, JobPool, PoolRefused, PoolServer, SlotPool
 from controller.switch import Pipeline, Switch

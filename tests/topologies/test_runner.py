@@ -1,10 +1,14 @@
 """The runner's and the compiler step's errors: one clear line, never a traceback. No root needed."""
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+from google.protobuf import text_format
+from p4.config.v1 import p4info_pb2
 
 from topologies import pieces, run
 from topologies.pieces import PieceError, compile_program
+from topologies.spec import JobSpec, Topology, star
 
 
 def test_runner_without_root_says_it_needs_root(monkeypatch, capsys):
@@ -56,3 +60,45 @@ def test_bmv2_without_p4c_is_a_clear_error(monkeypatch, tmp_path):
     monkeypatch.setattr(pieces.shutil, "which", lambda name: None)
     with pytest.raises(PieceError, match="p4c is not installed.*TARGET=p4sim"):
         compile_program("bmv2", tmp_path / "x.p4", tmp_path)
+
+
+def test_p4sim_compile_takes_the_elements_per_packet(tmp_path):
+    assert compile_program("p4sim", pieces.DEFAULT_PROGRAM, tmp_path, elements_per_packet=64) == "allreduce"
+    p4info = text_format.Parse((tmp_path / "allreduce.p4info.txt").read_text(), p4info_pb2.P4Info())
+    sizes = {r.preamble.name: r.size for r in p4info.registers}
+    assert (sizes["MyIngress.slot_seen"], sizes["MyIngress.slot_values"]) == (1024, 64 * 1024)
+    with pytest.raises(PieceError, match="INC_K, the elements per packet, must be a multiple of 32"):
+        compile_program("p4sim", pieces.DEFAULT_PROGRAM, tmp_path / "bad", elements_per_packet=48)
+
+
+def test_a_k_that_does_not_fit_the_mtu_is_refused_before_anything_starts(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        run.main(["--elements-per-packet", "512", "--demo"])
+    assert exit_info.value.code == 2
+    assert ("--elements-per-packet: 512 elements per packet make 2092-byte IPv4 packets, more than an MTU of "
+            "1500 carries (at most K = 352; raise the MTU, e.g. --mtu 9000)") in capsys.readouterr().err
+    args = run.build_parser().parse_args(["--mtu", "9000", "--elements-per-packet", "512"])
+    assert run.build_topology(args).mtu == 9000
+
+
+def test_workers_get_the_k_the_controller_recorded_for_their_job(tmp_path):
+    path = tmp_path / "topology.json"
+    topo = star(2)
+    Topology(topo.hosts, topo.switches, topo.links, [JobSpec(1, ("h1", "h2"), elements_per_packet=96),
+                                                     JobSpec(2, ("h1",))]).dump(path)
+    assert pieces.job_elements_per_packet(path, 1) == 96
+    with pytest.raises(PieceError, match="job 2 in .* records no elements per packet: the controller's setup"):
+        pieces.job_elements_per_packet(path, 2)
+    with pytest.raises(PieceError, match="has no job 3"):
+        pieces.job_elements_per_packet(path, 3)
+
+
+def test_a_worker_told_another_k_than_its_jobs_is_refused_before_any_starts(tmp_path):
+    path = tmp_path / "topology.json"
+    topo = star(2)
+    job = JobSpec(1, ("h1", "h2"), elements_per_packet=256)
+    Topology(topo.hosts, topo.switches, topo.links, [job]).dump(path)
+    fabric = SimpleNamespace(options=SimpleNamespace(topology_path=path))     # nothing may be started on it
+    with pytest.raises(PieceError, match="worker 0 of job 1 was to run with --elements-per-packet 32, but the "
+                                         "switch program the controller installed the job on carries 256"):
+        pieces.run_matrix(fabric, job, tmp_path / "work", 10, 0, worker_args=("--elements-per-packet", "32"))

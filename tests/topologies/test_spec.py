@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from topologies.spec import Endpoint, Topology, TopologyError, leaf_spine, star
+from topologies.spec import Endpoint, JobSpec, Topology, TopologyError, leaf_spine, star
 
 CONTRACT_EXAMPLE = {
     "hosts": {"h1": {"ip": "10.0.0.1/24", "mac": "08:00:00:00:00:01", "commands": []},
@@ -14,6 +14,7 @@ CONTRACT_EXAMPLE = {
                  "s2": {"device_id": 1, "grpc_addr": "127.0.0.1:50052", "thrift_port": 9091, "cpu_port": 510}},
     "links": [["h1", "s1-p1"], ["h2", "s2-p1"], ["s1-p3", "s2-p2", "1ms", 100]],
     "jobs": [{"job_id": 1, "workers": ["h1", "h2"]}],
+    "mtu": 1500,
 }
 
 
@@ -25,7 +26,29 @@ def test_star_of_two_is_exactly_the_documented_json():
                             "cpu_port": 510}},
         "links": [["h1", "s1-p1"], ["h2", "s1-p2"]],
         "jobs": [{"job_id": 1, "workers": ["h1", "h2"]}],
+        "mtu": 1500,
     }
+
+
+def test_mtu_and_a_jobs_elements_per_packet_round_trip_through_json():
+    topo = star(2, mtu=9000)
+    topo = Topology(topo.hosts, topo.switches, topo.links, [JobSpec(1, ("h1", "h2"), elements_per_packet=512)], mtu=9000)
+    data = topo.to_dict()
+    assert data["mtu"] == 9000 and data["jobs"] == [{"job_id": 1, "workers": ["h1", "h2"], "elements_per_packet": 512}]
+    assert Topology.from_dict(data) == topo
+    assert Topology.from_dict({k: v for k, v in data.items() if k != "mtu"}).mtu == 1500
+    assert leaf_spine(2, 1, 2, mtu=9000).mtu == 9000
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"mtu": 100}, "mtu 100 is outside 576..65535"),
+    ({"mtu": 70000}, "mtu 70000 is outside"),
+    ({"jobs": [{"job_id": 1, "workers": ["h1"], "elements_per_packet": 0}]}, "elements_per_packet must be at least 1"),
+    ({"jobs": [{"job_id": 1, "workers": ["h1"], "elements_per_packet": "32"}]}, "elements_per_packet is a whole number"),
+])
+def test_bad_mtu_or_elements_per_packet_is_refused(change, message):
+    with pytest.raises(TopologyError, match=message):
+        Topology.from_dict(star(2).to_dict() | change)
 
 
 @pytest.mark.parametrize("n", range(2, 9))
