@@ -22,7 +22,8 @@ from typing import Any, NoReturn
 import numpy as np
 
 from hosts import engine, numerics, quantize
-from hosts.inc import (COLL_ALLREDUCE, COLL_BARRIER, COLL_BROADCAST, COLL_REDUCE, FLAG_OVERFLOW, FLAG_RETRANSMIT,
+from hosts.inc import (COLL_ALLREDUCE, COLL_BARRIER, COLL_BROADCAST, COLL_REDUCE, FLAG_EAGER, FLAG_OVERFLOW,
+                       FLAG_RETRANSMIT,
                        INC_K, MAX_WINDOW, MAX_WORKERS, OP_ACK, OP_CONTRIB, OP_JOIN, OP_RESULT, REDUCE_SUM,
                        IncFormatError, IncHeader, check_elements_per_packet, elements_view, pack_header, unpack_header,
                        with_flags)
@@ -168,6 +169,9 @@ class Worker:
     _basis: np.ndarray | None = field(default=None, repr=False)   # last float call's agreed exponents
     # When the first result ever came: until then every peer may still be starting up.
     _live_since: float = field(default=math.inf, repr=False)
+    # A result said that the switch runs eager Broadcast rounds (FLAG_EAGER): calls after the one
+    # that saw it use them. Every worker got that call's results before its next call, so all agree.
+    _eager: bool = field(default=False, repr=False)
     # The compiled engine, if this worker uses it: then it keeps the timers, the window, the
     # last float call's exponents and the first result's time, and `rto` and `cwnd` are
     # copies of its state, refreshed after each call.
@@ -300,7 +304,8 @@ class Worker:
         try:
             while True:
                 # Item j reuses item j - window's slot: it may go once items up to that one are answered.
-                while len(in_flight) < self.cwnd.allowed and next_item < call.answered + window:
+                while (len(in_flight) < self.cwnd.allowed and next_item < call.answered + window
+                       and call.ready(next_item)):
                     t0 = time.monotonic()
                     chunk = call.assign(next_item)
                     if chunk is None:
@@ -308,14 +313,15 @@ class Worker:
                     seq = first_seq + next_item
                     wire_seq = seq & 0xFFFFFFFF
                     payload = call.packet(chunk, seq % window, (seq // window) % 2, wire_seq)
-                    transport.send(payload)
+                    if not call.silent(next_item):     # a silent item is sent only if its result is lost
+                        transport.send(payload)
+                        stats.packets_sent += 1
                     t1 = time.monotonic()
                     in_flight[wire_seq] = _Item(next_item, chunk, seq, payload, t1, t1, t1, self.rto.rto)
                     if next_item == 0:
                         call.first_sent = t1
                     wake = min(wake, t1 + self.rto.rto)
                     next_item += 1
-                    stats.packets_sent += 1
                     stats.send_s += t1 - t0
                 if call.done:
                     return
@@ -352,6 +358,7 @@ class Worker:
             return None
         del in_flight[header.seq]
         now = time.monotonic()
+        self._eager = self._eager or bool(header.flags & FLAG_EAGER)
         self._live_since = min(self._live_since, now)
         # Karn: a retransmitted chunk's answer may be to either copy; a round that waited for
         # some worker's retransmission timed that worker's timer, not the path; and a chunk sent
@@ -374,7 +381,7 @@ class Worker:
         for it in in_flight.values():
             if it.index > answered.index - REORDER_THRESHOLD:
                 break
-            if it.fast or it.last_sent >= answered.first_sent:
+            if it.fast or it.last_sent >= answered.first_sent or not call.in_order(it.index, answered.index):
                 continue
             it.fast = True
             call.stats.fast_retransmits += 1
@@ -574,6 +581,18 @@ class _Call:
     def root_of(self, chunk: int) -> int:
         return 0 if self.roots is None else int(self.roots[chunk])
 
+    def ready(self, index: int) -> bool:
+        """Whether item `index` may go now, as far as the call is concerned (the window aside)."""
+        return True
+
+    def silent(self, index: int) -> bool:
+        """Whether this worker sends item `index` only to ask again for a lost result."""
+        return False
+
+    def in_order(self, earlier: int, later: int) -> bool:
+        """Whether, with nothing lost, item `earlier`'s result comes before item `later`'s."""
+        return True
+
     def sends_data(self, chunk: int) -> bool:
         """Whether this worker's packet for `chunk` is a CONTRIB with data, else a header-only JOIN."""
         if self.collective == COLL_BROADCAST:
@@ -658,11 +677,32 @@ class _GatherCall(_Int32Call):
     def __init__(self, worker: Worker, words: np.ndarray, roots: np.ndarray, collective: int) -> None:
         super().__init__(worker, words)
         self.collective, self.roots = collective, roots
+        # Eager Broadcast rounds (docs/protocol.md, "Eager rounds"): a gate every `period` items
+        # and the last; a gate goes once items up to `lag` before it are answered.
+        self.eager = worker._eager and collective == COLL_BROADCAST
+        window = worker.config.window
+        self.lag = window // 4
+        self.period = window - self.lag
+
+    def gate(self, index: int) -> bool:
+        """Whether item `index` (= its chunk) is a round of every worker, not an eager one."""
+        return not self.eager or index % self.period == 0 or index == self.m - 1
+
+    def ready(self, index: int) -> bool:
+        return index >= self.m or not self.gate(index) or self.answered >= index - self.lag
+
+    def silent(self, index: int) -> bool:
+        return not self.gate(index) and not self.sends_data(index)
+
+    def in_order(self, earlier: int, later: int) -> bool:
+        # A gate waits for every worker and eager rounds for their own root alone: only one
+        # root's eager rounds come back in seq order.
+        return not self.eager or not self.gate(earlier) and self.root_of(earlier) == self.root_of(later)
 
     def packet(self, chunk: int, slot: int, version: int, seq: int) -> bytes:
-        if self.sends_data(chunk):
-            return super().packet(chunk, slot, version, seq)
-        return self.header(chunk, slot, version, seq)
+        flags = 0 if self.gate(chunk) else FLAG_EAGER
+        header = self.header(chunk, slot, version, seq, flags)
+        return header + self.elements(chunk) if self.sends_data(chunk) else header
 
 
 class _OrderedCall(_Int32Call):

@@ -34,6 +34,8 @@ typedef struct {
     item_t *items;
     int64_t answered, next_item, in_flight;
     int done;
+    int eager;                       /* eager Broadcast rounds: a gate every `period` items and the last */
+    int64_t period, lag;             /* ... a gate goes once items up to `lag` before it are answered */
     int32_t *sums;                   /* m * k, what the results carried */
     double first_sent, started;
     struct sockaddr_in agg;
@@ -66,6 +68,29 @@ static int sends_data(const call_t *t, int64_t chunk)
     if (t->c->collective == COLL_BROADCAST)
         return root_of(t, chunk) == t->e->worker_id;
     return t->c->collective != COLL_BARRIER;
+}
+
+/* hosts/agent.py _GatherCall.gate, .ready and .silent */
+static int gate(const call_t *t, int64_t index)
+{
+    return !t->eager || index % t->period == 0 || index == t->m - 1;
+}
+
+static int ready(const call_t *t, int64_t index)
+{
+    return index >= t->m || !gate(t, index) || t->answered >= index - t->lag;
+}
+
+static int silent(const call_t *t, int64_t index)
+{
+    return !gate(t, index) && !sends_data(t, index);
+}
+
+/* hosts/agent.py _GatherCall.in_order: a gate waits for every worker and eager rounds for
+   their own root alone, so only one root's eager rounds come back in seq order. */
+static int in_order(const call_t *t, int64_t earlier, int64_t later)
+{
+    return !t->eager || (!gate(t, earlier) && root_of(t, earlier) == root_of(t, later));
 }
 
 static int bounded_guess(int64_t exponent)
@@ -142,6 +167,8 @@ static int build_packet(call_t *t, int64_t chunk, int64_t seq, uint8_t *out)
         h.flags = t->has_nan[chunk] ? FLAG_OVERFLOW : 0;
         /* fall through */
     default: {
+        if (!gate(t, chunk))
+            h.flags = FLAG_EAGER;
         if (!data)
             break;
         const int32_t *src = t->c->kind == ENG_KIND_ORDERED ? t->words : t->c->data;
@@ -239,6 +266,8 @@ static item_t *take_result(call_t *t, const uint8_t *data, int len)
     double now = eng_now();
     if (now < e->live_since)
         e->live_since = now;
+    if (h.flags & FLAG_EAGER)
+        e->eager = 1;
     /* Karn, a round that waited for a retransmission, and items sent before the job's first
        result (their wait timed the slowest peer's start-up): no round-trip sample. */
     if (it->sends == 1 && !(h.flags & FLAG_RETRANSMIT) && it->first_sent >= e->live_since)
@@ -259,7 +288,8 @@ static void resend_overtaken(call_t *t, int64_t index, double first_sent, int64_
 {
     for (int64_t j = t->answered; j <= index - REORDER_THRESHOLD; j++) {
         item_t *it = &t->items[j % t->slots];
-        if (it->state != IN_FLIGHT || it->index != j || it->fast || it->last_sent >= first_sent)
+        if (it->state != IN_FLIGHT || it->index != j || it->fast || it->last_sent >= first_sent
+                || !in_order(t, j, index))
             continue;
         it->fast = 1;
         t->c->stats.fast_retransmits++;
@@ -347,7 +377,8 @@ static void exchange(call_t *t)
         /* Item j reuses item j - window's slot: it may go once items up to that one are answered. */
         double t0 = eng_now();
         int64_t first_new = t->next_item;
-        while (t->in_flight < cwnd_allowed(&e->cwnd) && t->next_item < t->answered + window) {
+        while (t->in_flight < cwnd_allowed(&e->cwnd) && t->next_item < t->answered + window
+                && ready(t, t->next_item)) {
             int64_t chunk = assign(t, t->next_item);
             if (chunk < 0)
                 break;
@@ -359,10 +390,12 @@ static void exchange(call_t *t)
             it->fast = 0;
             it->state = IN_FLIGHT;
             it->payload_len = build_packet(t, chunk, it->seq, it->payload);
-            batch_add(&t->out, it->payload, (size_t)it->payload_len, &t->agg);
+            if (!silent(t, t->next_item)) {  /* a silent item is sent only if its result is lost */
+                batch_add(&t->out, it->payload, (size_t)it->payload_len, &t->agg);
+                stats->packets_sent++;
+            }
             t->next_item++;
             t->in_flight++;
-            stats->packets_sent++;
         }
         if (t->next_item > first_new) {
             batch_flush(&t->out);
@@ -501,6 +534,9 @@ int inc_run(inc_engine *e, inc_call *c)
     t.m = (c->size + t.k - 1) / t.k;
     t.size_last = c->size - (t.m - 1) * t.k;
     t.first_sent = t.started;
+    t.eager = e->eager && c->kind == ENG_KIND_GATHER && c->collective == COLL_BROADCAST;
+    t.lag = e->window / 4;
+    t.period = e->window - t.lag;
     int is_float = c->kind == ENG_KIND_FLOAT;
     int64_t max_items = is_float ? 2 * t.m : t.m;
     t.slots = max_items < e->window ? max_items : e->window;
