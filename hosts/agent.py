@@ -689,7 +689,7 @@ class _GatherCall(_Int32Call):
         return not self.eager or index % self.period == 0 or index == self.m - 1
 
     def ready(self, index: int) -> bool:
-        return index >= self.m or not self.gate(index) or self.answered >= index - self.lag
+        return not self.eager or index >= self.m or not self.gate(index) or self.answered >= index - self.lag
 
     def silent(self, index: int) -> bool:
         return not self.gate(index) and not self.sends_data(index)

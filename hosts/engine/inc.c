@@ -78,7 +78,7 @@ static int gate(const call_t *t, int64_t index)
 
 static int ready(const call_t *t, int64_t index)
 {
-    return index >= t->m || !gate(t, index) || t->answered >= index - t->lag;
+    return !t->eager || index >= t->m || !gate(t, index) || t->answered >= index - t->lag;
 }
 
 static int silent(const call_t *t, int64_t index)
