@@ -686,7 +686,7 @@ class _GatherCall(_Int32Call):
 
     def gate(self, index: int) -> bool:
         """Whether item `index` (= its chunk) is a round of every worker, not an eager one."""
-        return not self.eager or index % self.period == 0 or index == self.m - 1
+        return not self.eager or index % self.period == self.period - 1 or index == self.m - 1
 
     def ready(self, index: int) -> bool:
         return not self.eager or index >= self.m or not self.gate(index) or self.answered >= index - self.lag

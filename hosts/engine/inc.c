@@ -73,7 +73,7 @@ static int sends_data(const call_t *t, int64_t chunk)
 /* hosts/agent.py _GatherCall.gate, .ready and .silent */
 static int gate(const call_t *t, int64_t index)
 {
-    return !t->eager || index % t->period == 0 || index == t->m - 1;
+    return !t->eager || index % t->period == t->period - 1 || index == t->m - 1;
 }
 
 static int ready(const call_t *t, int64_t index)

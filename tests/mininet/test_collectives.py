@@ -95,7 +95,7 @@ def test_barrier_under_loss(inc_star):
 def eager_gates(m: int, window: int = 16) -> int:
     """docs/protocol.md, "Eager rounds": gates of an m-chunk call (hosts.worker's window, 16)."""
     period = window - window // 4
-    return len(set(range(0, m, period)) | {m - 1})
+    return len(set(range(period - 1, m, period)) | {m - 1})
 
 
 @FOUR

@@ -245,7 +245,7 @@ def test_bad_arguments_are_refused_before_anything_is_sent(switch: Switch) -> No
 def eager_gates(m: int, window: int = WINDOW) -> list[int]:
     """docs/protocol.md, "Eager rounds": the items of an m-chunk call that every worker sends."""
     period = window - window // 4
-    return sorted(set(range(0, m, period)) | {m - 1})
+    return sorted(set(range(period - 1, m, period)) | {m - 1})
 
 
 @pytest.mark.parametrize("collective", ["broadcast", "all_gather"])
