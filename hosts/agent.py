@@ -172,6 +172,7 @@ class Worker:
     # A result said that the switch runs eager Broadcast rounds (FLAG_EAGER): calls after the one
     # that saw it use them. Every worker got that call's results before its next call, so all agree.
     _eager: bool = field(default=False, repr=False)
+    _after_eager: bool = field(default=False, repr=False)   # the last call was eager: it ended on a gate
     # The compiled engine, if this worker uses it: then it keeps the timers, the window, the
     # last float call's exponents and the first result's time, and `rto` and `cwnd` are
     # copies of its state, refreshed after each call.
@@ -279,6 +280,7 @@ class Worker:
     def _run(self, call: "_Call") -> np.ndarray:
         try:
             self._exchange(call)
+            self._after_eager = call.eager
             return call.finish()
         finally:
             self._finish_stats(call)
@@ -577,6 +579,7 @@ class _Call:
         self.reduce_op = REDUCE_SUM
         self.collective = COLL_ALLREDUCE
         self.roots: np.ndarray | None = None     # each chunk's root worker (Reduce, Broadcast)
+        self.eager = False                       # eager Broadcast rounds (_GatherCall)
 
     def root_of(self, chunk: int) -> int:
         return 0 if self.roots is None else int(self.roots[chunk])
@@ -677,16 +680,19 @@ class _GatherCall(_Int32Call):
     def __init__(self, worker: Worker, words: np.ndarray, roots: np.ndarray, collective: int) -> None:
         super().__init__(worker, words)
         self.collective, self.roots = collective, roots
-        # Eager Broadcast rounds (docs/protocol.md, "Eager rounds"): a gate every `period` items
-        # and the last; a gate goes once items up to `lag` before it are answered.
+        # Eager Broadcast rounds (docs/protocol.md, "Eager rounds"): a gate ends every `period`
+        # items, and the call; the first item is one unless the last call ended on a gate. A gate
+        # goes once items up to `lag` before it are answered.
         self.eager = worker._eager and collective == COLL_BROADCAST
+        self.first_gate = not worker._after_eager
         window = worker.config.window
         self.lag = window // 4
         self.period = window - self.lag
 
     def gate(self, index: int) -> bool:
         """Whether item `index` (= its chunk) is a round of every worker, not an eager one."""
-        return not self.eager or index % self.period == self.period - 1 or index == self.m - 1
+        return (not self.eager or index % self.period == self.period - 1 or index == self.m - 1
+                or (index == 0 and self.first_gate))
 
     def ready(self, index: int) -> bool:
         return not self.eager or index >= self.m or not self.gate(index) or self.answered >= index - self.lag

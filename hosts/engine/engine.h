@@ -48,6 +48,7 @@ typedef struct {
     eng_cwnd cwnd;
     double live_since;               /* when the first result ever came (CLOCK_MONOTONIC), else inf */
     int eager;                       /* a result said the switch runs eager Broadcast rounds (FLAG_EAGER) */
+    int after_eager;                 /* the last call was eager: it ended on a gate */
     int16_t *basis;                  /* the last float call's agreed exponents (NULL before one) */
     int64_t basis_len;
     eng_counters counters;

@@ -34,7 +34,8 @@ typedef struct {
     item_t *items;
     int64_t answered, next_item, in_flight;
     int done;
-    int eager;                       /* eager Broadcast rounds: a gate every `period` items and the last */
+    int eager;                       /* eager Broadcast rounds: a gate ends every `period` items and the call, */
+    int first_gate;                  /* ... and starts it unless the last call ended on one */
     int64_t period, lag;             /* ... a gate goes once items up to `lag` before it are answered */
     int32_t *sums;                   /* m * k, what the results carried */
     double first_sent, started;
@@ -73,7 +74,7 @@ static int sends_data(const call_t *t, int64_t chunk)
 /* hosts/agent.py _GatherCall.gate, .ready and .silent */
 static int gate(const call_t *t, int64_t index)
 {
-    return !t->eager || index % t->period == t->period - 1 || index == t->m - 1;
+    return !t->eager || index % t->period == t->period - 1 || index == t->m - 1 || (index == 0 && t->first_gate);
 }
 
 static int ready(const call_t *t, int64_t index)
@@ -535,6 +536,7 @@ int inc_run(inc_engine *e, inc_call *c)
     t.size_last = c->size - (t.m - 1) * t.k;
     t.first_sent = t.started;
     t.eager = e->eager && c->kind == ENG_KIND_GATHER && c->collective == COLL_BROADCAST;
+    t.first_gate = !e->after_eager;
     t.lag = e->window / 4;
     t.period = e->window - t.lag;
     int is_float = c->kind == ENG_KIND_FLOAT;
@@ -624,6 +626,8 @@ int inc_run(inc_engine *e, inc_call *c)
         }
         exchange(&t);
         e->next_seq += (uint64_t)t.next_item;
+        if (t.done)
+            e->after_eager = t.eager;
         if (c->status == ENG_OK)
             (is_float ? finish_float : finish_words)(&t);
     }
