@@ -4,7 +4,8 @@
 // max) per slot in registers and multicasts the result. The header's collective says who
 // gets the result's data: everyone (AllReduce, Broadcast), or the root alone while the others
 // get a header-only acknowledgement (Reduce, ReduceScatter) or everyone an acknowledgement
-// (Barrier). On a leaf-spine a job can be aggregated on two levels: each leaf sums its own
+// (Barrier). Most Broadcast chunks are eager rounds, which the root's data completes alone. On
+// a leaf-spine a job can be aggregated on two levels: each leaf sums its own
 // workers and sends the spine one partial per slot, the spine sums the leaves' partials and
 // sends its result down through the leaves. Everything else is forwarded as ordinary traffic.
 // Wire format and algorithm: docs/protocol.md.
@@ -718,7 +719,7 @@ control MyIngress(inout headers_t hdr,
             add_contribution();
         }
         write_slot();
-        meta.needed = eager ? 8w1 : meta.num_workers;
+        meta.needed = (meta.flags & FLAG_EAGER) != 0 ? 8w1 : meta.num_workers;
         if (meta.count == meta.needed) {
             multicast_result();
             meta.inc_up = meta.leaf_job;   // a leaf's sum is a partial: it goes to the spine
@@ -784,13 +785,13 @@ control MyEgress(inout headers_t hdr,
                 hdr.inc.opcode = OP_CONTRIB;
                 hdr.inc.flags = hdr.inc.flags | FLAG_PARTIAL;
             }
-            // The data goes to every worker except: in a Reduce, to the root alone; in a
-            // Barrier, to nobody. The others get the header alone, as an ACK. Between switches
-            // the data always goes: the leaves apply this rule for their workers.
             // A flat job's Broadcast and Barrier results say that this switch runs eager rounds.
             if (!meta.leaf_job && (hdr.inc.flags & FLAG_PARTIAL) == 0 && hdr.inc.collective >= COLL_BROADCAST) {
                 hdr.inc.flags = hdr.inc.flags | FLAG_EAGER;
             }
+            // The data goes to every worker except: in a Reduce, to the root alone; in a
+            // Barrier, to nobody. The others get the header alone, as an ACK. Between switches
+            // the data always goes: the leaves apply this rule for their workers.
             if ((hdr.inc.flags & FLAG_PARTIAL) == 0 && (hdr.inc.collective == COLL_BARRIER
                     || (hdr.inc.collective == COLL_REDUCE && meta.dest_worker != (bit<8>)hdr.inc.root))) {
                 hdr.inc.opcode = OP_ACK;
