@@ -63,6 +63,7 @@ class Plan:
     engine: str = "c"                        # the INC and ring agents' engine (hosts/engine), the same for both
     mtu: int = DEFAULT_MTU                   # of every link: INC, ring and MPI share it
     elements_per_packet: int | None = None   # to build the program with (None: its default)
+    eager_rounds: bool = False               # INC workers use eager Broadcast rounds (JobConfig.eager_rounds)
 
     def reps_for(self, size: int) -> int:
         return self.reps if size <= SMALL_BYTES else self.reps_large
@@ -82,7 +83,8 @@ class Trials:
             self._start(fabric, host, f"bench-{host}", [
                 sys.executable, "-m", "bench.worker", "--job-id", str(job.job_id), "--rank", str(rank),
                 "--peers", peers, "--window", str(plan.window), "--timeout", str(plan.timeout),
-                "--elements-per-packet", str(self.k), "--engine", plan.engine])
+                "--elements-per-packet", str(self.k), "--engine", plan.engine,
+                *(["--eager-rounds"] if plan.eager_rounds else [])])
             for rank, host in enumerate(job.workers)]
         self.mpi: list[subprocess.Popen] = []
         if "mpi" in plan.algorithms:
@@ -258,6 +260,8 @@ def add_trial_options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--target", choices=("p4sim", "bmv2"), default=os.environ.get("TARGET", "p4sim"))
     ap.add_argument("--engine", choices=ENGINES, default="c",
                     help="the INC and ring agents' engine: c, compiled (default), or python, the reference")
+    ap.add_argument("--eager-rounds", action="store_true",
+                    help="INC workers use eager Broadcast and AllGather rounds (docs/protocol.md)")
     ap.add_argument("--mtu", type=int, default=DEFAULT_MTU,
                     help=f"MTU of every link, for INC, the ring and MPI alike (default {DEFAULT_MTU}; 9000: jumbo)")
     ap.add_argument("--elements-per-packet", type=int, metavar="K",
@@ -321,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     environment = describe_environment(args.target)
     plan = Plan(args.workers, args.sizes, args.reps, args.reps_large, tuple(args.algorithms), args.dtype,
                 args.window, args.timeout, args.trial_timeout, args.target, args.engine, args.mtu,
-                args.elements_per_packet)
+                args.elements_per_packet, args.eager_rounds)
     options = FabricOptions(target=args.target, build_dir=ROOT / "build" / "bench")
     started = time.monotonic()
     total = (len(plan.workers) * plan.reps if args.budget

@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     sizes = args.sizes or DEFAULT_SIZES
     plan = Plan([args.workers], sizes, args.reps, args.reps_large, ("inc", "ring"), args.dtype,
                 args.window, args.timeout, args.trial_timeout, args.target, args.engine, args.mtu,
-                args.elements_per_packet)
+                args.elements_per_packet, args.eager_rounds)
     options = FabricOptions(target=args.target, build_dir=ROOT / "build" / "bench")
     started, load_before = time.monotonic(), os.getloadavg()
     total = 2 * sum(plan.reps_for(s) for c in args.collectives for s in ([0] if c == "barrier" else sizes))

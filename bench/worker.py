@@ -117,13 +117,16 @@ def main(argv: list[str] | None = None) -> int:
                          f"(default {INC_K})")
     ap.add_argument("--engine", choices=ENGINES, default="c",
                     help="the agents' engine, INC's and the ring's alike (default c: compiled)")
+    ap.add_argument("--eager-rounds", action="store_true",
+                    help="INC: eager Broadcast and AllGather rounds once the switch says it runs them")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     peers = args.peers.split(",")
     n = len(peers)
     try:
         inc = Worker(JobConfig(args.job_id, args.rank, n, window=args.window, timeout=args.timeout,
-                               elements_per_packet=args.elements_per_packet, engine=args.engine), UdpTransport())
+                               elements_per_packet=args.elements_per_packet, engine=args.engine,
+                               eager_rounds=args.eager_rounds), UdpTransport())
         ring = RingWorker(RingConfig(args.job_id, args.rank, n, window=args.window, timeout=args.timeout,
                                      elements_per_packet=args.elements_per_packet, engine=args.engine),
                           UdpPeerTransport([(ip, RING_PORT) for ip in peers]))

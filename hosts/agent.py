@@ -75,6 +75,10 @@ class JobConfig:
     # "c": the compiled engine (hosts/engine) on a kernel UDP socket, where it builds; "python":
     # this module's own path (always, for other transports). Both send the same packets.
     engine: str = "c"
+    # Eager Broadcast/AllGather rounds (docs/protocol.md) once the switch says it runs them; off by
+    # default until the compiled engine's stall under bursts is fixed (/work/notes/collectives.md).
+    # Every worker of a job must set the same.
+    eager_rounds: bool = False
 
     def __post_init__(self) -> None:
         if not 1 <= self.num_workers <= MAX_WORKERS:
@@ -360,7 +364,7 @@ class Worker:
             return None
         del in_flight[header.seq]
         now = time.monotonic()
-        self._eager = self._eager or bool(header.flags & FLAG_EAGER)
+        self._eager = self._eager or (self.config.eager_rounds and bool(header.flags & FLAG_EAGER))
         self._live_since = min(self._live_since, now)
         # Karn: a retransmitted chunk's answer may be to either copy; a round that waited for
         # some worker's retransmission timed that worker's timer, not the path; and a chunk sent
@@ -405,8 +409,12 @@ class Worker:
                 expired.append(it)
         if expired:
             call.stats.timeouts += 1
-            rto = self.rto.backoff(max(it.timer for it in expired))
-            self.cwnd.on_timeout(highest)
+            if all(call.silent(it.index) for it in expired):
+                # Requests for eager rounds whose root may not have sent yet: no sign of congestion.
+                rto = max(it.timer for it in expired)
+            else:
+                rto = self.rto.backoff(max(it.timer for it in expired))
+                self.cwnd.on_timeout(highest)
             if last_progress < min(it.last_sent for it in expired):
                 # Silence since all of them were sent: a peer has not started this call yet, or the
                 # switch is gone. One probe says when that ends; a window of copies would only queue.
@@ -479,6 +487,7 @@ class _IncEngine:
         e.job_id, e.worker_id, e.num_workers = cfg.job_id, cfg.worker_id, cfg.num_workers
         e.window, e.k, e.give_up_after = cfg.window, cfg.elements_per_packet, cfg.give_up_after
         e.exponent_slack, e.exponent_margin = cfg.exponent_slack, cfg.exponent_margin
+        e.eager_rounds = cfg.eager_rounds
         rto, cwnd = worker.rto, worker.cwnd
         e.rto.initial, e.rto.min_rto, e.rto.max_rto = rto.initial, rto.min_rto, rto.max_rto
         e.rto.min_variance, e.rto.rto = rto.min_variance, rto.rto

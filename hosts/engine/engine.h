@@ -43,6 +43,7 @@ typedef struct {
     int job_id, worker_id, num_workers, window, k;
     double give_up_after;
     int exponent_slack, exponent_margin;
+    int eager_rounds;                /* JobConfig.eager_rounds: may use eager Broadcast rounds */
     uint64_t next_seq;
     eng_rto rto;
     eng_cwnd cwnd;

@@ -267,7 +267,7 @@ static item_t *take_result(call_t *t, const uint8_t *data, int len)
     double now = eng_now();
     if (now < e->live_since)
         e->live_since = now;
-    if (h.flags & FLAG_EAGER)
+    if ((h.flags & FLAG_EAGER) && e->eager_rounds)
         e->eager = 1;
     /* Karn, a round that waited for a retransmission, and items sent before the job's first
        result (their wait timed the slowest peer's start-up): no round-trip sample. */
@@ -307,7 +307,7 @@ static double check_timers(call_t *t, double last_progress, int64_t highest)
     inc_engine *e = t->e;
     double now = eng_now();
     int64_t lo = t->answered, hi = t->next_item;
-    int expired = 0;
+    int expired = 0, all_silent = 1;
     double longest = 0, oldest_sent = INFINITY;
     for (int64_t j = lo; j < hi; j++) {
         item_t *it = &t->items[j % t->slots];
@@ -324,14 +324,19 @@ static double check_timers(call_t *t, double last_progress, int64_t highest)
         it->expired = now >= fmax(it->timer_from, last_progress) + it->timer;
         if (it->expired) {
             expired++;
+            all_silent = all_silent && silent(t, j);
             longest = fmax(longest, it->timer);
             oldest_sent = fmin(oldest_sent, it->last_sent);
         }
     }
     if (expired) {
         t->c->stats.timeouts++;
-        double rto = rto_backoff(&e->rto, longest);
-        cwnd_on_timeout(&e->cwnd, highest);
+        /* Requests for eager rounds whose root may not have sent yet: no sign of congestion. */
+        double rto = longest;
+        if (!all_silent) {
+            rto = rto_backoff(&e->rto, longest);
+            cwnd_on_timeout(&e->cwnd, highest);
+        }
         /* Silence since all of them were sent: a peer has not started this call yet, or the
            switch is gone. One probe says when that ends; a window of copies would only queue.
            Every timer restarts with the probe's, so they do not expire one by one after it. */

@@ -66,7 +66,8 @@ def run(switch: Switch, body: Callable[[Worker], object], faults: Faults = LOSSY
     with InProcessFabric(switch, list(job.hosts), faults) as fabric:
         transports = [RecordingTransport(fabric.transport(w)) for w in range(N)]
         workers = [Worker(JobConfig(job.job_id, w, N, window=WINDOW, timeout=timeout, min_rto=min_rto,
-                                    max_rto=max(2.0, min_rto), give_up_after=30), transports[w])
+                                    max_rto=max(2.0, min_rto), give_up_after=30, eager_rounds=True),
+                          transports[w])
                    for w in range(N)]
 
         def one(w: int) -> object:
