@@ -90,4 +90,3 @@ def test_barrier_under_loss(inc_star):
     # One round per barrier: 40 completed, every JOIN counted once (4 x 40), and no data.
     assert after["MyIngress.results_multicast"] - before["MyIngress.results_multicast"] == 40
     assert after["MyIngress.contributions"] - before["MyIngress.contributions"] == 4 * 40
-
