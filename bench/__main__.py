@@ -27,7 +27,7 @@ from tqdm import tqdm
 from hosts.args import unwritable
 from hosts.engine import ENGINES
 from hosts.inc import MAX_WINDOW
-from protocol import elements_per_packet_problem
+from protocol import elements_per_packet_for, elements_per_packet_problem
 from topologies.fabric import Fabric, FabricError, FabricOptions
 from topologies.pieces import (DEFAULT_PROGRAM, PieceError, compile_program, job_elements_per_packet,
                                setup_controller)
@@ -251,7 +251,8 @@ def _sizes(text: str) -> list[int]:
 def add_trial_options(ap: argparse.ArgumentParser) -> None:
     """The options of how a trial runs, shared with bench.collectives."""
     ap.add_argument("--dtype", choices=("float32", "int32"), default="float32")
-    ap.add_argument("--window", type=int, default=16, help="slots (INC) / unacked chunks (ring) in flight")
+    ap.add_argument("--window", type=int, default=128,
+                    help="slots (INC) / unacked chunks (ring) in flight (default 128: at K = 256, 128 KiB)")
     ap.add_argument("--timeout", type=float, default=0.05, help="retransmission timeout, seconds")
     ap.add_argument("--trial-timeout", type=float, default=600.0,
                     help="give up on a trial after this many seconds")
@@ -261,8 +262,8 @@ def add_trial_options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--mtu", type=int, default=DEFAULT_MTU,
                     help=f"MTU of every link, for INC, the ring and MPI alike (default {DEFAULT_MTU}; 9000: jumbo)")
     ap.add_argument("--elements-per-packet", type=int, metavar="K",
-                    help="build the switch program with K elements per packet (INC_K; default: the program's, 32); "
-                         "INC packets and ring chunks carry K")
+                    help="build the switch program with K elements per packet (INC_K; default: the target's "
+                         "recommended K, 256 on p4sim and 64 on BMv2); INC packets and ring chunks carry K")
 
 
 def check_trial_options(ap: argparse.ArgumentParser, args: argparse.Namespace, workers: list[int]) -> None:
@@ -271,8 +272,8 @@ def check_trial_options(ap: argparse.ArgumentParser, args: argparse.Namespace, w
         ap.error("--workers must be 2..8 and --reps and --reps-large at least 1")
     if not 1 <= args.window <= MAX_WINDOW or not 0 < args.timeout < math.inf or not 0 < args.trial_timeout < math.inf:
         ap.error(f"--window must be 1..{MAX_WINDOW} and --timeout and --trial-timeout positive")
-    if args.elements_per_packet is not None and (problem := elements_per_packet_problem(args.elements_per_packet,
-                                                                                        args.mtu)):
+    args.elements_per_packet = elements_per_packet_for(args.target, args.mtu, args.elements_per_packet)
+    if (problem := elements_per_packet_problem(args.elements_per_packet, args.mtu)):
         ap.error(f"--elements-per-packet: {problem}")
 
 

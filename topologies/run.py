@@ -19,7 +19,7 @@ from mininet.log import setLogLevel
 from hosts.args import at_least, output_dir
 from hosts.numerics import check_sum
 from p4sim.dataplane import SLOW_PRESETS
-from protocol import elements_per_packet_problem
+from protocol import elements_per_packet_for, elements_per_packet_problem
 from topologies.fabric import Fabric, FabricError, FabricOptions, Impairment
 from topologies.pieces import (DEFAULT_PROGRAM, PieceError, clear_job_slots, compile_program,
                                job_elements_per_packet, read_counters, run_allreduce, setup_controller)
@@ -59,8 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="P4 program the switches run (default: the repository's p4src/allreduce.p4)")
     p.add_argument("--elements-per-packet", "--inc-k", type=int, metavar="K",
                    help="build the program with K elements per packet (INC_K, a multiple of 32 up to what one "
-                        "frame of --mtu holds: 352 at 1500, 2208 at 9000; default: the program's own, 32); the "
-                        "controller records it in the job and the workers take it from there")
+                        "frame of --mtu holds: 352 at 1500, 2208 at 9000; default: the target's recommended K, "
+                        "256 on p4sim and 64 on BMv2); the controller records it in the job and the workers take it from there")
     p.add_argument("--mtu", type=int, default=DEFAULT_MTU,
                    help=f"MTU of every link, host and switch ends (default {DEFAULT_MTU}; 9000: jumbo frames)")
     p.add_argument("--build-dir", type=output_dir, default=Path("build"),
@@ -92,8 +92,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--slow slows p4sim down to BMv2's figures; --target {args.target} runs at its own speed")
     if args.flat and args.topo != "leaf-spine":
         parser.error("--flat chooses how a leaf-spine sums its job; a star has one switch")
-    if args.elements_per_packet is not None and (problem := elements_per_packet_problem(args.elements_per_packet,
-                                                                                        args.mtu)):
+    args.elements_per_packet = elements_per_packet_for(args.target, args.mtu, args.elements_per_packet)
+    if (problem := elements_per_packet_problem(args.elements_per_packet, args.mtu)):
         parser.error(f"--elements-per-packet: {problem}")
     try:
         topo = build_topology(args)
