@@ -19,10 +19,22 @@ from hosts.args import output_file
 REPO = Path(__file__).resolve().parents[1]
 KILLED = {"killed", "timeout", "segfault", "caught by type check"}
 # Mutants that change no behaviour any caller can see, by name (mutmut numbers them per function).
+FLOAT64_DEFAULT = "Equivalent: astype(None) is astype(float64), numpy's default dtype."
 EQUIVALENT: dict[str, str] = {
     **dict.fromkeys(("hosts.numerics.x_from_words__mutmut_4", "hosts.numerics.x_from_words__mutmut_6"),
                     "Equivalent: the dtype argument of ascontiguousarray only converts, and the words every "
                     "caller passes are int32 already (as_words' output, or the wire's)."),
+    **dict.fromkeys(("hosts.numerics.x_to_ordered__mutmut_5", "hosts.numerics.x_to_ordered__mutmut_7"),
+                    "Equivalent: past the int32 return only float32 arrays arrive (reduce_op refuses min and "
+                    "max on other dtypes), and ascontiguousarray of float32 to float32 converts nothing."),
+    "hosts.numerics.x_from_sums__mutmut_11": FLOAT64_DEFAULT,
+    "hosts.numerics.x_from_sums__mutmut_12": "Equivalent: axis +1 is axis -1 for the 2-D rows (chunk x element) "
+                                             "the one caller (hosts/agent.py) passes.",
+    **dict.fromkeys(("hosts.numerics.x_result_errors__mutmut_64", "hosts.numerics.x_result_errors__mutmut_66"),
+                    "Equivalent: exact is float64 (int64 for int32), so numpy widens the result exactly "
+                    "before subtracting whether or not it was converted first."),
+    "hosts.quantize.x_quantize__mutmut_2": FLOAT64_DEFAULT,
+    "hosts.quantize.x_dequantize__mutmut_5": FLOAT64_DEFAULT,
 }
 
 
