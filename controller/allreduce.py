@@ -11,7 +11,7 @@ import logging
 from collections import deque
 from dataclasses import dataclass
 
-from protocol import AGG_IP, AGG_MAC, INC_PORT, JOB_LEAF, MAX_WORKERS
+from protocol import AGG_IP, AGG_MAC, INC_PORT, JOB_LEAF, MAX_WORKERS, UP_GROUP
 from topologies.spec import Topology
 
 from .entries import MulticastGroup, Replica, TableEntry
@@ -145,8 +145,8 @@ def topology_tree(topo: Topology, index: int, routes: _Routes | None = None) -> 
     spec = topo.jobs[index]
     if not 1 <= len(spec.workers) <= MAX_WORKERS:
         raise ControllerError(f"job {spec.job_id}: {len(spec.workers)} workers; a job has 1..{MAX_WORKERS}")
-    if not 0 <= JOB_GROUP_BASE + spec.job_id <= 0xFFFF:
-        raise ControllerError(f"job id {spec.job_id} is out of range (0..{0xFFFF - JOB_GROUP_BASE})")
+    if not 0 <= JOB_GROUP_BASE + spec.job_id < UP_GROUP:
+        raise ControllerError(f"job id {spec.job_id} is out of range (0..{UP_GROUP - 1 - JOB_GROUP_BASE})")
     routes = routes or _Routes(topo)
     roots = routes.closest([topo.host_port(w)[0] for w in spec.workers], set(topo.switches))
     if not roots:
@@ -266,8 +266,10 @@ def forwarding_entries(topo: Topology, switch: str) -> tuple[list[TableEntry], l
     return entries, groups
 
 
-def job_entries(job: Job) -> tuple[list[TableEntry], MulticastGroup]:
-    """inc_job, one inc_worker and one inc_worker_addr per member, and the job's group."""
+def job_entries(job: Job) -> tuple[list[TableEntry], list[MulticastGroup]]:
+    """inc_job, one inc_worker and one inc_worker_addr per member, and the job's groups: its
+    members' (a leaf: its workers', and its uplink's alone in the group | UP_GROUP, so each
+    direction replicates only what it sends)."""
     entries = [TableEntry(INC_JOB, "MyIngress.set_job",
                           {"num_workers": len(job.workers) | (JOB_LEAF if job.uplink else 0),
                            "mcast_grp": job.mcast_group, "slot_base": job.slot_base, "num_slots": job.num_slots},
@@ -279,8 +281,10 @@ def job_entries(job: Job) -> tuple[list[TableEntry], MulticastGroup]:
         entries.append(TableEntry(INC_WORKER_ADDR, "MyEgress.set_worker_addr",
                                   {"mac": w.mac, "ip": w.ip, "udp_port": w.udp_port},
                                   {"hdr.inc.job_id": job.job_id, "meta.dest_worker": w.worker_id}))
-    group = MulticastGroup(job.mcast_group, tuple(Replica(w.port, w.worker_id) for w in job.members))
-    return entries, group
+    groups = [MulticastGroup(job.mcast_group, tuple(Replica(w.port, w.worker_id) for w in job.workers))]
+    if job.uplink:
+        groups.append(MulticastGroup(job.mcast_group | UP_GROUP, (Replica(job.uplink.port, job.uplink.worker_id),)))
+    return entries, groups
 
 
 def forward_entry(fwd: JobForward) -> TableEntry:

@@ -14,8 +14,10 @@ import pytest
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
+from controller.allreduce import JOB_GROUP_BASE
 from hosts.inc import (AGG_IP, FLAG_PARTIAL, FLAG_RESENT, INC_K, INC_PORT, OP_CONTRIB, OP_RESULT, REDUCE_MAX,
                        Inc)
+from protocol import UP_GROUP
 from tests.controller.test_dataplane import GATEWAY_MAC, Fabric, make_fabric  # noqa: F401 - a fixture
 from topologies.spec import Topology, leaf_spine
 
@@ -84,6 +86,33 @@ def test_each_leaf_sends_one_partial_per_slot_and_the_spine_counts_the_leaves_no
         assert counter(fabric, leaf, "contributions") == 2 * rounds       # its own workers
         assert counter(fabric, leaf, "results_multicast") == 2 * rounds   # a partial up, a result down
         assert counter(fabric, leaf, "forwarded_to_aggregator") == 0
+
+
+def test_a_leaf_replicates_each_way_through_its_own_group_so_no_copy_is_made_to_be_dropped(fabric):
+    """A leaf's job group holds its workers only (results down), the group | UP_GROUP its uplink
+    only (partials up): a round costs the leaf one egress pass per packet it sends, none that
+    egress would drop. What the switch holds, and what a round then sends each way."""
+    for k, leaf in enumerate(("s1", "s2")):
+        groups = fabric.switches[leaf].state.multicast_groups
+        assert sorted(groups[JOB_GROUP_BASE + 1]) == [(1, 2 * k), (2, 2 * k + 1)]
+        assert list(groups[(JOB_GROUP_BASE + 1) | UP_GROUP]) == [(UPLINK, LEAF_MEMBER[leaf])]
+    ups: Arrivals = []
+
+    def catch_partials(switch: str, port: int, out: bytes) -> bool:
+        if switch in LEAF_MEMBER and port == UPLINK:
+            ups.append((switch, out))
+            return True
+        return False
+    data = inputs(4)
+    assert send_round(fabric, data, lose=catch_partials) == []
+    # Each leaf sent exactly one partial up, its workers' sum, and nothing else went anywhere.
+    assert sorted(s for s, _ in ups) == ["s1", "s2"]
+    for leaf, out in ups:
+        pkt = Ether(out)[Inc]
+        mine = [h for h in WORKERS if LEAF_OF[h] == leaf]
+        assert (pkt.opcode, pkt.worker_id, int(pkt.flags) & FLAG_PARTIAL) == (OP_CONTRIB, LEAF_MEMBER[leaf],
+                                                                              FLAG_PARTIAL)
+        assert pkt.elements == np.sum([data[h] for h in mine], axis=0, dtype=np.int32).tolist()
 
 
 def test_the_partial_goes_up_as_the_leafs_contribution_and_the_result_comes_down_to_the_leaf(fabric):
