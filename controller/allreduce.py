@@ -97,14 +97,19 @@ def plan_switch(topo: Topology, switch: str, pool: int) -> SwitchPlan:
 
 @dataclass(frozen=True)
 class JobTree:
-    """Where one job is summed: `root` sums all its workers (flat) or its `leaves`' partials
-    (hierarchical: each leaf sums the job's workers cabled to it); `forwards` are the switches
-    that pass the job on towards `root`, with the port each uses. Planned without a switch."""
+    """Where one job is summed: `root` sums all its workers (flat) or the partials of the
+    switches just below it (hierarchical). There every switch between the workers and `root`
+    sums: a leaf the job's workers cabled to it, a middle tier the partials of the switches
+    below it; `leaves` are all of those (in name order: switch k is member N + k of the switch
+    above it, N the job's workers) and `parents` the switch above each. `forwards` are the
+    switches that pass a flat job on towards `root`, with the port each uses. Planned without
+    a switch."""
     job_id: int
     hosts: tuple[str, ...]
     root: str
     leaves: tuple[str, ...] = ()
     forwards: tuple[tuple[str, int], ...] = ()
+    parents: tuple[tuple[str, str], ...] = ()
 
     @property
     def summing(self) -> tuple[str, ...]:
@@ -185,20 +190,16 @@ def tree_jobs(topo: Topology, tree: JobTree, slot_bases: dict[str, int], num_slo
     routes = routes or _Routes(topo)
     addresses = addresses or [(topo.hosts[h].address, INC_PORT) for h in tree.hosts]
     sources = [topo.host_port(h)[0] for h in tree.hosts]
-    n = len(tree.hosts)
-
-    def job(switch: str, members: tuple[Worker, ...], uplink: Worker | None = None) -> Job:
-        return Job(tree.job_id, members, JOB_GROUP_BASE + tree.job_id, slot_bases[switch], num_slots,
-                   pool_sizes[switch], uplink)
-
-    def cabled(switch: str) -> tuple[Worker, ...]:
-        return tuple(Worker(w, h, routes.port_to_host(switch, h), topo.hosts[h].mac, *addresses[w])
-                     for w, h in enumerate(tree.hosts) if switch == tree.root or sources[w] == switch)
-
-    jobs = {tree.root: job(tree.root, tuple(_member(routes, tree.root, leaf, n + k)
-                                            for k, leaf in enumerate(tree.leaves)) or cabled(tree.root))}
-    for k, leaf in enumerate(tree.leaves):
-        jobs[leaf] = job(leaf, cabled(leaf), uplink=_member(routes, leaf, tree.root, n + k))
+    parents = dict(tree.parents)
+    ids = {leaf: len(tree.hosts) + k for k, leaf in enumerate(tree.leaves)}
+    jobs = {}
+    for switch in tree.summing:
+        below = tuple(_member(routes, switch, child, ids[child]) for child in tree.leaves if parents[child] == switch)
+        cabled = tuple(Worker(w, h, routes.port_to_host(switch, h), topo.hosts[h].mac, *addresses[w])
+                       for w, h in enumerate(tree.hosts) if sources[w] == switch or (switch == tree.root and not below))
+        uplink = _member(routes, switch, parents[switch], ids[switch]) if switch in parents else None
+        jobs[switch] = Job(tree.job_id, below or cabled, JOB_GROUP_BASE + tree.job_id, slot_bases[switch], num_slots,
+                           pool_sizes[switch], uplink)
     return jobs
 
 
@@ -209,29 +210,32 @@ def tree_forwards(tree: JobTree) -> list[tuple[str, JobForward]]:
 
 def _tree(routes: _Routes, job_id: int, hosts: tuple[str, ...], root: str, hierarchical: bool) -> JobTree:
     sources = [routes.topo.host_port(h)[0] for h in hosts]
-    leaves = _leaves(routes, job_id, len(hosts), sources, root) if hierarchical else []
+    parents = _parents(routes, job_id, len(hosts), sources, root) if hierarchical else {}
+    leaves = tuple(sorted(parents, key=_natural))
     forwards = tuple((s, routes.next_port(s, root)) for s in sorted(routes.topo.switches, key=_natural)
-                     if s != root and s not in leaves and routes.on_path(s, sources, root))
-    return JobTree(job_id, hosts, root, tuple(leaves), forwards)
+                     if s != root and s not in parents and routes.on_path(s, sources, root))
+    return JobTree(job_id, hosts, root, leaves, forwards, tuple((s, parents[s]) for s in leaves))
 
 
-def _leaves(routes: _Routes, job_id: int, n_workers: int, sources: list[str], aggregator: str) -> list[str]:
-    """The switches that sum a hierarchical job's workers below `aggregator`, in name order;
+def _parents(routes: _Routes, job_id: int, n_workers: int, sources: list[str], root: str) -> dict[str, str]:
+    """The switch above each switch that sums part of a hierarchical job below `root`: every
+    switch on the workers' ways to it (a middle tier sums the partials of those below it);
     none when the workers share one switch (it sums them all)."""
-    leaves = sorted(set(sources) - {aggregator}, key=_natural)
-    if not leaves:
-        return []
-    if aggregator in sources:
-        raise ControllerError(f"job {job_id}: hierarchical, but some workers are cabled to {aggregator}, "
-                              f"which sums the leaves; put them under a leaf or make the job flat")
-    far = [leaf for leaf in leaves if routes.hops(leaf, aggregator) != 1]
-    if far:
-        raise ControllerError(f"job {job_id}: hierarchical, but {', '.join(far)} are not one hop "
-                              f"from {aggregator}, which sums the leaves; make the job flat")
-    if n_workers + len(leaves) > MAX_WORKERS:
-        raise ControllerError(f"job {job_id}: {n_workers} workers and {len(leaves)} leaves "
+    parents: dict[str, str] = {}
+    for src in set(sources):
+        node = src
+        while node != root:
+            parents[node] = routes.neighbour(node, routes.next_port(node, root))
+            node = parents[node]
+    mixed = sorted((s for s in set(parents.values()) | {root} if s in sources and parents), key=_natural)
+    if mixed:
+        raise ControllerError(f"job {job_id}: hierarchical, but some workers are cabled to {', '.join(mixed)}, "
+                              f"which sum{'s' if len(mixed) == 1 else ''} the switches below; put them under "
+                              f"a leaf or make the job flat")
+    if n_workers + len(parents) > MAX_WORKERS:
+        raise ControllerError(f"job {job_id}: {n_workers} workers and {len(parents)} switches below {root} "
                               f"need more than {MAX_WORKERS} ids; make the job flat")
-    return leaves
+    return parents
 
 
 def _member(routes: _Routes, switch: str, other: str, member_id: int) -> Worker:
@@ -339,6 +343,10 @@ class _Routes:
         best = min(reach.values(), default=None)
         return sorted((s for s, hops in reach.items() if hops == best), key=_natural)
 
+    def neighbour(self, switch: str, port: int) -> str:
+        """The switch cabled to `switch`'s `port`."""
+        return next(n for p, n in self.adj[switch] if p == port)
+
     def on_path(self, switch: str, sources: list[str], target: str) -> bool:
         """Whether packets from some source switch to `target` cross `switch`."""
         for src in set(sources):
@@ -346,8 +354,7 @@ class _Routes:
             while node != target:
                 if node == switch:
                     return True
-                port = self.next_port(node, target)
-                node = next(n for p, n in self.adj[node] if p == port)
+                node = self.neighbour(node, self.next_port(node, target))
         return False
 
 

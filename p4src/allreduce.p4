@@ -673,7 +673,10 @@ control MyIngress(inout headers_t hdr,
             } else if (!complete || seq_delta != 0) {
                 drop_stale();
             } else {
-                meta.flags = hdr.inc.flags & (FLAG_OVERFLOW | FLAG_RESENT | FLAG_RETRANSMIT);
+                // A middle tier (its round summed partials) passes the result down as one:
+                // the switches below hand it to their workers by their collective's rule.
+                meta.flags = (hdr.inc.flags & (FLAG_OVERFLOW | FLAG_RESENT | FLAG_RETRANSMIT))
+                    | (meta.flags & FLAG_PARTIAL);
                 meta.need = hdr.inc.need;
                 multicast_result();
             }

@@ -128,20 +128,36 @@ def test_hierarchical_jobs_the_program_cannot_sum_are_refused_with_the_way_out()
     # A worker on the spine, which would sum it with the leaves' partials.
     topo = Topology({**base.hosts, "h9": h9}, base.switches, [*base.links, LinkSpec(Endpoint("h9"), Endpoint("s3", 9))],
                     [JobSpec(1, ("h1", "h3", "h9"), hierarchical=True)])
-    with pytest.raises(ControllerError, match="h9|cabled to s3, which sums the leaves.*make the job flat"):
+    with pytest.raises(ControllerError, match="cabled to s3, which sums the switches below.*make the job flat"):
         jobs_on_switch(topo, "s1", POOL)
-    # A switch s4 behind leaf s1: the switch closest to s2 and s4 is s1, two hops from s2.
+    # 31 workers under 3 leaves: 34 ids.
+    big = leaf_spine(3, 1, 11)
+    topo = Topology(big.hosts, big.switches, big.links, [JobSpec(1, tuple(big.hosts)[:31], hierarchical=True)])
+    with pytest.raises(ControllerError, match="31 workers and 3 switches below s4 need more than 32 ids.*make the job flat"):
+        jobs_on_switch(topo, "s4", POOL)
+
+
+def test_a_leaf_two_hops_below_the_root_is_summed_through_a_middle_tier():
+    """Switch s4 behind leaf s1: the job of h3 (under s2) and h9 (under s4) is rooted at s1
+    (two hops from both ends, first by name); s3 between s2 and s1 sums s2's partial and
+    sends its own up, as a leaf does, and passes s1's result down as a partial."""
+    base = leaf_spine(2, 1, 2)   # s1, s2 leaves; s3 spine
+    h9 = HostSpec("h9", "10.0.9.1/24", "08:00:00:00:09:01")
     s4 = SwitchSpec("s4", 3, "127.0.0.1:50099", 9099)
     topo = Topology({**base.hosts, "h9": h9}, {**base.switches, "s4": s4},
                     [*base.links, LinkSpec(Endpoint("s4", 1), Endpoint("s1", 9)), LinkSpec(Endpoint("h9"), Endpoint("s4", 2))],
                     [JobSpec(1, ("h3", "h9"), hierarchical=True)])
-    with pytest.raises(ControllerError, match="s2 are not one hop from s1, which sums the leaves.*make the job flat"):
-        jobs_on_switch(topo, "s3", POOL)
-    # 31 workers under 3 leaves: 34 ids.
-    big = leaf_spine(3, 1, 11)
-    topo = Topology(big.hosts, big.switches, big.links, [JobSpec(1, tuple(big.hosts)[:31], hierarchical=True)])
-    with pytest.raises(ControllerError, match="31 workers and 3 leaves need more than 32 ids.*make the job flat"):
-        jobs_on_switch(topo, "s4", POOL)
+    members = {}
+    for switch in ("s1", "s2", "s3", "s4"):
+        (job,), forwarded = jobs_on_switch(topo, switch, POOL)
+        assert forwarded == []
+        members[switch] = ([(w.worker_id, w.host, w.port) for w in job.workers],
+                           job.uplink and (job.uplink.worker_id, job.uplink.host, job.uplink.port))
+    # Ids after the 2 workers', in name order of the switches below the root: s2 2, s3 3, s4 4.
+    assert members == {"s1": ([(3, "s3", 3), (4, "s4", 9)], None),
+                       "s2": ([(0, "h3", 1)], (2, "s3", 3)),
+                       "s3": ([(2, "s2", 2)], (3, "s1", 1)),
+                       "s4": ([(1, "h9", 2)], (4, "s1", 1))}
 
 
 def test_leaf_routes_only_other_subnets_and_spine_routes_every_host():

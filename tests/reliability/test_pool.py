@@ -65,7 +65,8 @@ def test_placement_on_a_leaf_spine_uses_only_the_pools_switches() -> None:
     can; workers on one leaf: that leaf alone."""
     topo = leaf_spine(2, 1, 2)
     every = {"s1", "s2", "s3"}
-    assert candidate_trees(topo, 7, ["h1", "h3"], every) == [JobTree(7, ("h1", "h3"), "s3", ("s1", "s2"))]
+    assert candidate_trees(topo, 7, ["h1", "h3"], every) == [
+        JobTree(7, ("h1", "h3"), "s3", ("s1", "s2"), parents=(("s1", "s3"), ("s2", "s3")))]
     assert candidate_trees(topo, 7, ["h1", "h3"], every, hierarchical=False) == [
         JobTree(7, ("h1", "h3"), "s3", (), (("s1", 3), ("s2", 3)))]
     assert candidate_trees(topo, 7, ["h1", "h3"], {"s1", "s2"}) == []
