@@ -18,6 +18,7 @@ INC_VERSION = 2                  # 2: a 12-bit count, for K above 255 (1: 8 bits
 POOL_SIZE = 512                  # slots per version in the switch, shared by all jobs
 MAX_WORKERS = 32                 # the switch's contributor bitmap is 32 bits
 JOB_LEAF = 0x80                  # added to set_job's num_workers on a leaf of a hierarchical job
+UP_GROUP = 0x8000                # a leaf's group to its spine: the job's group | UP_GROUP
 
 OP_CONTRIB = 1                   # worker -> switch: one worker's chunk
 OP_RESULT = 2                    # switch -> worker: the chunk's result

@@ -23,7 +23,7 @@ from protocol import elements_per_packet_for, elements_per_packet_problem
 from topologies.fabric import Fabric, FabricError, FabricOptions, Impairment
 from topologies.pieces import (DEFAULT_PROGRAM, PieceError, clear_job_slots, compile_program,
                                job_elements_per_packet, read_counters, run_allreduce, setup_controller)
-from topologies.spec import DEFAULT_MTU, Topology, TopologyError, leaf_spine, star
+from topologies.spec import DEFAULT_MTU, Topology, TopologyError, leaf_spine, star, three_tier
 from topologies.switches import TARGETS, SwitchError
 
 log = logging.getLogger(__name__)
@@ -43,12 +43,15 @@ def build_parser() -> argparse.ArgumentParser:
                "  python -m topologies.run --hosts 4 --demo --loss 1\n"
                "  python -m topologies.run --hosts 4 --demo --slow bmv2     # p4sim as slow as BMv2\n"
                "  python -m topologies.run --hosts 4 --demo --mtu 9000 --elements-per-packet 1024\n"
-               "  python -m topologies.run --topo leaf-spine --leaves 2 --spines 1 --hosts 2 --cli",
+               "  python -m topologies.run --topo leaf-spine --leaves 2 --spines 1 --hosts 2 --cli\n"
+               "  python -m topologies.run --topo three-tier --pods 2 --leaves 2 --hosts 2 --demo",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--topo", choices=("star", "leaf-spine"), default="star", help="fabric shape (default: star)")
+    p.add_argument("--topo", choices=("star", "leaf-spine", "three-tier"), default="star",
+                   help="fabric shape (default: star); three-tier: leaves, one aggregation switch per pod, one core")
     p.add_argument("--hosts", type=int, default=4,
-                   help="hosts of the star (2..8), or hosts per leaf of a leaf-spine (default: 4)")
-    p.add_argument("--leaves", type=int, default=2, help="leaf switches of a leaf-spine (default: 2)")
+                   help="hosts of the star (2..8), or hosts per leaf (default: 4)")
+    p.add_argument("--leaves", type=int, default=2, help="leaf switches of a leaf-spine, or per pod (default: 2)")
+    p.add_argument("--pods", type=int, default=2, help="pods of a three-tier fabric (default: 2)")
     p.add_argument("--spines", type=int, default=1, help="spine switches of a leaf-spine (default: 1)")
     p.add_argument("--flat", action="store_true",
                    help="a leaf-spine's job is summed at the spine alone, the leaves only forward "
@@ -90,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.slow and args.target != "p4sim":
         parser.error(f"--slow slows p4sim down to BMv2's figures; --target {args.target} runs at its own speed")
-    if args.flat and args.topo != "leaf-spine":
+    if args.flat and args.topo == "star":
         parser.error("--flat chooses how a leaf-spine sums its job; a star has one switch")
     args.elements_per_packet = elements_per_packet_for(args.target, args.mtu, args.elements_per_packet)
     if (problem := elements_per_packet_problem(args.elements_per_packet, args.mtu)):
@@ -141,6 +144,8 @@ def main(argv: list[str] | None = None) -> int:
 def build_topology(args: argparse.Namespace) -> Topology:
     if args.topo == "leaf-spine":
         return leaf_spine(args.leaves, args.spines, args.hosts, hierarchical=not args.flat, mtu=args.mtu)
+    if args.topo == "three-tier":
+        return three_tier(args.pods, args.leaves, args.hosts, hierarchical=not args.flat, mtu=args.mtu)
     return star(args.hosts, mtu=args.mtu)
 
 
