@@ -24,10 +24,9 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from hosts.args import unwritable
+from hosts.args import settle_elements_per_packet, unwritable
 from hosts.engine import ENGINES
 from hosts.inc import MAX_WINDOW
-from protocol import elements_per_packet_for, elements_per_packet_problem
 from topologies.fabric import Fabric, FabricError, FabricOptions
 from topologies.pieces import (DEFAULT_PROGRAM, PieceError, compile_program, job_elements_per_packet,
                                setup_controller)
@@ -281,9 +280,7 @@ def check_trial_options(ap: argparse.ArgumentParser, args: argparse.Namespace, w
         ap.error("--workers must be 2..8 and --reps and --reps-large at least 1")
     if not 1 <= args.window <= MAX_WINDOW or not 0 < args.timeout < math.inf or not 0 < args.trial_timeout < math.inf:
         ap.error(f"--window must be 1..{MAX_WINDOW} and --timeout and --trial-timeout positive")
-    args.elements_per_packet = elements_per_packet_for(args.target, args.mtu, args.elements_per_packet)
-    if (problem := elements_per_packet_problem(args.elements_per_packet, args.mtu)):
-        ap.error(f"--elements-per-packet: {problem}")
+    settle_elements_per_packet(ap, args)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -16,10 +16,9 @@ import numpy as np
 from mininet.cli import CLI
 from mininet.log import setLogLevel
 
-from hosts.args import at_least, output_dir
+from hosts.args import at_least, output_dir, settle_elements_per_packet
 from hosts.numerics import check_sum
 from p4sim.dataplane import SLOW_PRESETS
-from protocol import elements_per_packet_for, elements_per_packet_problem
 from topologies.fabric import Fabric, FabricError, FabricOptions, Impairment
 from topologies.pieces import (DEFAULT_PROGRAM, PieceError, clear_job_slots, compile_program,
                                job_elements_per_packet, read_counters, run_allreduce, setup_controller)
@@ -95,9 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--slow slows p4sim down to BMv2's figures; --target {args.target} runs at its own speed")
     if args.flat and args.topo == "star":
         parser.error("--flat chooses how a leaf-spine sums its job; a star has one switch")
-    args.elements_per_packet = elements_per_packet_for(args.target, args.mtu, args.elements_per_packet)
-    if (problem := elements_per_packet_problem(args.elements_per_packet, args.mtu)):
-        parser.error(f"--elements-per-packet: {problem}")
+    settle_elements_per_packet(parser, args)
     try:
         topo = build_topology(args)
         impairment = (Impairment(args.loss, args.duplicate, args.reorder)

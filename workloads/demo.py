@@ -27,8 +27,7 @@ from tqdm import tqdm
 
 from bench.environment import describe_environment
 from bench.mpi import ROOT_ENV, mpi_missing, mpirun_command, write_launcher
-from hosts.args import unwritable
-from protocol import elements_per_packet_for, elements_per_packet_problem
+from hosts.args import settle_elements_per_packet, unwritable
 from topologies.fabric import Fabric, FabricError, FabricOptions
 from topologies.pieces import (DEFAULT_PROGRAM, PieceError, clear_job_slots, compile_program, job_elements_per_packet,
                                setup_controller)
@@ -261,9 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     for path in (args.out, args.out.with_suffix(".png")):
         if (why := unwritable(path)) is not None:
             p.error(why)
-    args.elements_per_packet = elements_per_packet_for(args.target, args.mtu, args.elements_per_packet)
-    if (problem := elements_per_packet_problem(args.elements_per_packet, args.mtu)):
-        p.error(f"--elements-per-packet: {problem}")
+    settle_elements_per_packet(p, args)
     backends = tuple(b for b in ("inc", *BASELINES[args.impl]) if b in (args.backends or BACKENDS))
     if (wrong := sorted(set(args.backends or ()) - set(backends))):
         p.error(f"--impl {args.impl} runs {', '.join(('inc', *BASELINES[args.impl]))}, not {', '.join(wrong)}")
