@@ -71,12 +71,13 @@ demo: $(VENV_STAMP)
 test: $(VENV_STAMP)
 	$(PY) -m pytest --target $(TARGET) $(PYTEST_ARGS)
 
-# p4sim's packet rate, a worker's packet rate, the latency budget of one 256 B INC call, then
-# INC vs ring vs MPI_Allreduce in Mininet from 64 B to 4 MiB (about 20 minutes on 2 cores),
+# p4sim's packet rate in process and over veths (both backends), a worker's packet rate, the
+# latency budget of one 256 B INC call, then INC vs ring vs MPI_Allreduce in Mininet from 64 B to 4 MiB (about 20 minutes on 2 cores),
 # then the latency model fitted to it and the plots, all in $(RESULTS)/. A quick look:
 # make bench BENCH_ARGS="--workers 2 4 --sizes 64,4096 --reps 2".
 bench: $(VENV_STAMP)
 	$(PY) -m bench.p4sim -o $(RESULTS)/p4sim.json
+	$(PY) -m bench.dataplane -o $(RESULTS)/dataplane.json
 	$(PY) -m bench.host -o $(RESULTS)/host.json
 	$(PY) -m bench --budget --reps 50 --target $(TARGET) $(WIDTH) -o $(RESULTS)/budget.json
 	$(PY) -m bench --target $(TARGET) $(WIDTH) -o $(RESULTS)/bench.json $(BENCH_ARGS)

@@ -24,14 +24,13 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from hosts.args import unwritable
+from hosts.args import settle_elements_per_packet, unwritable
 from hosts.engine import ENGINES
 from hosts.inc import MAX_WINDOW
-from protocol import elements_per_packet_problem
 from topologies.fabric import Fabric, FabricError, FabricOptions
 from topologies.pieces import (DEFAULT_PROGRAM, PieceError, compile_program, job_elements_per_packet,
                                setup_controller)
-from topologies.spec import DEFAULT_MTU, TopologyError, star
+from topologies.spec import DEFAULT_MTU, Topology, TopologyError, leaf_spine, star
 
 from .budget import budget_table, call_budget, call_cpu, call_time, numeric_stats
 from .environment import describe_environment
@@ -64,6 +63,14 @@ class Plan:
     mtu: int = DEFAULT_MTU                   # of every link: INC, ring and MPI share it
     elements_per_packet: int | None = None   # to build the program with (None: its default)
     eager_rounds: bool = False               # INC workers use eager Broadcast rounds (JobConfig.eager_rounds)
+    leaves: int = 0                          # > 0: a leaf-spine of this many leaves under one spine, not a star
+
+    def topology(self, n: int) -> Topology:
+        """The fabric of n workers: a star, or n / leaves hosts on each leaf of a leaf-spine
+        (its job summed by the leaves and the spine)."""
+        if self.leaves:
+            return leaf_spine(self.leaves, 1, n // self.leaves, mtu=self.mtu)
+        return star(n, mtu=self.mtu)
 
     def reps_for(self, size: int) -> int:
         return self.reps if size <= SMALL_BYTES else self.reps_large
@@ -177,6 +184,7 @@ def summarise(times: list[float], skews: list[float], cpus: list[float | None]) 
 def set_up(fabric: Fabric, plan: Plan, options: FabricOptions) -> Trials:
     program = compile_program(plan.target, DEFAULT_PROGRAM, options.build_dir, plan.elements_per_packet)
     setup_controller(options.topology_path, options.build_dir, program, plan.target)
+    fabric.run_host_commands()              # a leaf-spine's hosts route through their leaf
     trials = Trials(fabric, plan)
     for algorithm in plan.algorithms:          # warm up sockets, ARP, connections and code paths
         trials.run(algorithm, plan.sizes[0], seed=0)
@@ -184,13 +192,13 @@ def set_up(fabric: Fabric, plan: Plan, options: FabricOptions) -> Trials:
 
 
 def bench_workers(n: int, plan: Plan, options: FabricOptions, progress: tqdm) -> list[dict]:
-    """All sizes and repetitions for one worker count, on a fresh star of n hosts."""
+    """All sizes and repetitions for one worker count, on a fresh star of n hosts (or leaf-spine)."""
     times: dict[tuple[str, int], list[float]] = {}
     skews: dict[tuple[str, int], list[float]] = {}
     cpus: dict[tuple[str, int], list[float | None]] = {}
     totals: dict[tuple[str, int], dict[str, float]] = {}
     k = len(plan.algorithms)
-    with Fabric(star(n, mtu=plan.mtu), options) as fabric:
+    with Fabric(plan.topology(n), options) as fabric:
         trials = set_up(fabric, plan, options)
         for size in plan.sizes:
             for rep in range(plan.reps_for(size)):
@@ -204,7 +212,7 @@ def bench_workers(n: int, plan: Plan, options: FabricOptions, progress: tqdm) ->
                     add_counts(totals.setdefault((algorithm, size), {}), replies)
                     progress.update()
         trials.close()
-    return [{"algorithm": alg, "workers": n, "bytes": size, "elements_per_packet": trials.k,
+    return [{"algorithm": alg, "workers": n, "bytes": size, "elements_per_packet": trials.k, "leaves": plan.leaves,
              **summarise(ts, skews[(alg, size)], cpus[(alg, size)]), "agent_totals": totals[(alg, size)]}
             for (alg, size), ts in sorted(times.items(), key=lambda kv: (kv[0][1], kv[0][0]))]
 
@@ -253,7 +261,8 @@ def _sizes(text: str) -> list[int]:
 def add_trial_options(ap: argparse.ArgumentParser) -> None:
     """The options of how a trial runs, shared with bench.collectives."""
     ap.add_argument("--dtype", choices=("float32", "int32"), default="float32")
-    ap.add_argument("--window", type=int, default=16, help="slots (INC) / unacked chunks (ring) in flight")
+    ap.add_argument("--window", type=int, default=128,
+                    help="slots (INC) / unacked chunks (ring) in flight (default 128: at K = 256, 128 KiB)")
     ap.add_argument("--timeout", type=float, default=0.05, help="retransmission timeout, seconds")
     ap.add_argument("--trial-timeout", type=float, default=600.0,
                     help="give up on a trial after this many seconds")
@@ -265,8 +274,8 @@ def add_trial_options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--mtu", type=int, default=DEFAULT_MTU,
                     help=f"MTU of every link, for INC, the ring and MPI alike (default {DEFAULT_MTU}; 9000: jumbo)")
     ap.add_argument("--elements-per-packet", type=int, metavar="K",
-                    help="build the switch program with K elements per packet (INC_K; default: the program's, 32); "
-                         "INC packets and ring chunks carry K")
+                    help="build the switch program with K elements per packet (INC_K; default: the target's "
+                         "recommended K, 256 on p4sim and 64 on BMv2); INC packets and ring chunks carry K")
 
 
 def check_trial_options(ap: argparse.ArgumentParser, args: argparse.Namespace, workers: list[int]) -> None:
@@ -275,9 +284,7 @@ def check_trial_options(ap: argparse.ArgumentParser, args: argparse.Namespace, w
         ap.error("--workers must be 2..8 and --reps and --reps-large at least 1")
     if not 1 <= args.window <= MAX_WINDOW or not 0 < args.timeout < math.inf or not 0 < args.trial_timeout < math.inf:
         ap.error(f"--window must be 1..{MAX_WINDOW} and --timeout and --trial-timeout positive")
-    if args.elements_per_packet is not None and (problem := elements_per_packet_problem(args.elements_per_packet,
-                                                                                        args.mtu)):
-        ap.error(f"--elements-per-packet: {problem}")
+    settle_elements_per_packet(ap, args)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -298,6 +305,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help=f"repetitions per algorithm and size above {SMALL_BYTES // 1024} KiB (default 3)")
     ap.add_argument("--algorithms", nargs="+", choices=ALGORITHMS, default=list(ALGORITHMS),
                     help="what to measure (default all: inc ring mpi)")
+    ap.add_argument("--leaves", type=int, default=0,
+                    help="measure on a leaf-spine of this many leaves under one spine, each worker count split "
+                         "evenly over them (the job summed by the leaves and the spine), not on a star")
     add_trial_options(ap)
     ap.add_argument("--budget", action="store_true",
                     help="instead: time --reps INC calls of the first --sizes (default 256 B) per worker "
@@ -311,6 +321,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = build_parser()
     args = ap.parse_args(argv)
     check_trial_options(ap, args, args.workers)
+    if args.leaves and (args.leaves < 2 or any(n % args.leaves for n in args.workers) or args.budget):
+        ap.error(f"--leaves: at least 2, dividing every worker count ({' '.join(map(str, args.workers))}); "
+                 f"not with --budget")
     if args.budget:
         args.algorithms = ["inc"]
     args.sizes = args.sizes or ([256] if args.budget else DEFAULT_SIZES)
@@ -325,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
     environment = describe_environment(args.target)
     plan = Plan(args.workers, args.sizes, args.reps, args.reps_large, tuple(args.algorithms), args.dtype,
                 args.window, args.timeout, args.trial_timeout, args.target, args.engine, args.mtu,
-                args.elements_per_packet, args.eager_rounds)
+                args.elements_per_packet, args.eager_rounds, args.leaves)
     options = FabricOptions(target=args.target, build_dir=ROOT / "build" / "bench")
     started = time.monotonic()
     total = (len(plan.workers) * plan.reps if args.budget
@@ -341,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
     config = {"payload_bytes": 4 * k, "elements_per_packet": k, "mtu": plan.mtu, "dtype": plan.dtype,
               "window": plan.window, "timeout_s": plan.timeout, "reps": plan.reps, "reps_large": plan.reps_large,
               "engine": plan.engine,
-              "algorithms": list(plan.algorithms), "workers": plan.workers, "sizes": plan.sizes,
+              "algorithms": list(plan.algorithms), "workers": plan.workers, "leaves": plan.leaves, "sizes": plan.sizes,
               "duration_s": time.monotonic() - started,
               "command": "python -m bench " + " ".join(argv if argv is not None else sys.argv[1:])}
     if args.budget:

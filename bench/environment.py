@@ -8,6 +8,8 @@ from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 
+from p4sim.backends import default_backend
+
 PACKAGES = ("scapy", "numpy", "grpcio", "protobuf", "p4runtime", "p4runtime-shell", "lark", "mininet",
             "mpi4py")
 
@@ -17,6 +19,9 @@ def describe_environment(target: str) -> dict:
     return {
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "target": target,
+        # p4sim's backend as the switches start it ($P4SIM_BACKEND, else c where gcc is present);
+        # its log says "pipeline committed: ... on the c backend" for the program it runs.
+        "p4sim_backend": default_backend() if target == "p4sim" else None,
         "machine": {"cpu": _cpu_model(), "cores": os.cpu_count(), "kernel": platform.release(),
                     "python": platform.python_version()},
         "versions": {"p4inc": _git(["rev-parse", "--short", "HEAD"]), **{p: _version(p) for p in PACKAGES}},

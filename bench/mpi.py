@@ -30,12 +30,17 @@ def write_launcher(fabric: Fabric, hosts: list[str], path: Path) -> Path:
     """An ssh stand-in, `LAUNCHER HOST COMMAND...`, that runs COMMAND in that Mininet host."""
     cases = "\n".join(f"  {fabric.topo.hosts[h].address}) pid={fabric.host(h).pid} ;;" for h in hosts)
     path.parent.mkdir(parents=True, exist_ok=True)
+    # The hosts share one hostname and /tmp: each orted gets its own TMPDIR, else two of them (or
+    # one and mpirun) can make the same session directory, /tmp/ompi.HOST.UID/jf.J/0, at once
+    # and one fails ("A call to mkdir was unable to create the desired directory").
+    tmp = path.parent / f"{path.stem}-tmp"
     path.write_text("#!/bin/sh\n"
                     "# Open MPI's plm_rsh_agent for Mininet hosts (written by bench/mpi.py).\n"
                     'host=$1; shift\ncase "$host" in\n'
                     f"{cases}\n"
                     '  *) echo "no Mininet host $host" >&2; exit 255 ;;\nesac\n'
-                    'exec mnexec -a "$pid" sh -c "$*"\n')
+                    f'mkdir -p "{tmp}/$host"\n'
+                    f'exec env TMPDIR="{tmp}/$host" mnexec -a "$pid" sh -c "$*"\n')
     path.chmod(0o755)
     return path
 

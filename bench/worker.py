@@ -47,6 +47,7 @@ def run_trial(trial: dict, rank: int, workers: int, inc: Worker, ring: RingWorke
         result = calls.call(trial["collective"], agent, tensor)
         end = time.perf_counter()
         cpu = time.process_time() - cpu
+        stats = call_stats(agent)       # the timed call's, before the closing barrier's
         # Early finishers wait here for the last one: their check and reply must not take the
         # CPU from workers still in the call (the cores are shared).
         inc.allreduce(np.zeros(1, np.int32))
@@ -54,7 +55,7 @@ def run_trial(trial: dict, rank: int, workers: int, inc: Worker, ring: RingWorke
         return {"ok": False, "error": f"{type(err).__name__}: {err}"}
     ok = calls.is_right(result, trial, rank, workers, inc.config.elements_per_packet)
     return {"ok": ok, "start": start, "end": end, "cpu_s": cpu, "error": None if ok else "result differs from numpy",
-            "stats": call_stats(agent)}
+            "stats": stats}
 
 
 def probe_round_trip(inc: Worker, probing: bool, timeout: float = PROBE_TIMEOUT_S) -> dict:

@@ -7,15 +7,17 @@ docs/protocol.md.
 from __future__ import annotations
 
 import ipaddress
+import logging
 from collections import deque
 from dataclasses import dataclass
-from functools import partial
 
-from protocol import AGG_IP, AGG_MAC, INC_PORT, JOB_LEAF, MAX_WORKERS
-from topologies.spec import JobSpec, Topology
+from protocol import AGG_IP, AGG_MAC, INC_PORT, JOB_LEAF, MAX_WORKERS, UP_GROUP
+from topologies.spec import Topology
 
 from .entries import MulticastGroup, Replica, TableEntry
 from .errors import ControllerError
+
+log = logging.getLogger(__name__)
 
 FLOOD_GROUP = 1                  # multicast group of every host-facing port (broadcast, ARP)
 JOB_GROUP_BASE = 0x100           # job j replicates through group JOB_GROUP_BASE + j
@@ -93,6 +95,33 @@ def plan_switch(topo: Topology, switch: str, pool: int) -> SwitchPlan:
     return SwitchPlan(switch, tuple(entries), tuple(groups), tuple(aggregated), tuple(forwarded))
 
 
+@dataclass(frozen=True)
+class JobTree:
+    """Where one job is summed: `root` sums all its workers (flat) or the partials of the
+    switches just below it (hierarchical). There every switch between the workers and `root`
+    sums: a leaf the job's workers cabled to it, a middle tier the partials of the switches
+    below it; `leaves` are all of those (in name order: switch k is member N + k of the switch
+    above it, N the job's workers) and `parents` the switch above each. `forwards` are the
+    switches that pass a flat job on towards `root`, with the port each uses. Planned without
+    a switch."""
+    job_id: int
+    hosts: tuple[str, ...]
+    root: str
+    leaves: tuple[str, ...] = ()
+    forwards: tuple[tuple[str, int], ...] = ()
+    parents: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def summing(self) -> tuple[str, ...]:
+        """The switches that hold slots for the job: the root, then the leaves."""
+        return (self.root, *self.leaves)
+
+    @property
+    def switches(self) -> tuple[str, ...]:
+        """Every switch that holds something of the job."""
+        return self.summing + tuple(s for s, _ in self.forwards)
+
+
 def jobs_on_switch(topo: Topology, switch: str, pool: int) -> tuple[list[Job], list[JobForward]]:
     """The jobs `switch` aggregates and those it passes on towards their aggregator.
 
@@ -105,78 +134,114 @@ def jobs_on_switch(topo: Topology, switch: str, pool: int) -> tuple[list[Job], l
     share = pool // max(1, len(topo.jobs))
     aggregated, forwarded = [], []
     for i, spec in enumerate(topo.jobs):
-        if not 1 <= len(spec.workers) <= MAX_WORKERS:
-            raise ControllerError(f"job {spec.job_id}: {len(spec.workers)} workers; a job has 1..{MAX_WORKERS}")
-        if not 0 <= JOB_GROUP_BASE + spec.job_id <= 0xFFFF:
-            raise ControllerError(f"job id {spec.job_id} is out of range (0..{0xFFFF - JOB_GROUP_BASE})")
-        sources = [topo.host_port(w)[0] for w in spec.workers]
-        aggregator = routes.aggregator(sources)
-        job = partial(Job, spec.job_id, mcast_group=JOB_GROUP_BASE + spec.job_id, slot_base=i * share,
-                      num_slots=share, pool_size=pool)
-        cabled = tuple(Worker(w_id, h, routes.port_to_host(switch, h), topo.hosts[h].mac, topo.hosts[h].address)
-                       for w_id, h in enumerate(spec.workers) if switch == aggregator or sources[w_id] == switch)
-        leaves = _leaves(routes, spec, sources, aggregator) if spec.hierarchical else []
-        if switch == aggregator:
-            aggregated.append(job(tuple(_member(routes, switch, leaf, len(spec.workers) + k)
-                                        for k, leaf in enumerate(leaves)) or cabled))
-        elif switch in leaves:
-            uplink = _member(routes, switch, aggregator, len(spec.workers) + leaves.index(switch))
-            aggregated.append(job(cabled, uplink=uplink))
-        elif routes.on_path(switch, sources, aggregator):
-            forwarded.append(JobForward(spec.job_id, aggregator, routes.next_port(switch, aggregator)))
+        tree = topology_tree(topo, i, routes)
+        if switch in tree.summing:
+            jobs = tree_jobs(topo, tree, dict.fromkeys(tree.summing, i * share), share,
+                             dict.fromkeys(tree.summing, pool), routes=routes)
+            aggregated.append(jobs[switch])
+        forwarded += [fwd for s, fwd in tree_forwards(tree) if s == switch]
     return aggregated, forwarded
 
 
-def _leaves(routes: _Routes, spec: JobSpec, sources: list[str], aggregator: str) -> list[str]:
-    """The switches that sum a hierarchical job's workers below `aggregator`, in name order;
+def topology_tree(topo: Topology, index: int, routes: _Routes | None = None) -> JobTree:
+    """The tree of the topology's job number `index`. Of the switches closest to all its
+    workers' switches (several spines), job i takes the (i mod n)-th by name: the topology's
+    jobs spread over the spines, and a restarted controller derives the same trees."""
+    spec = topo.jobs[index]
+    if not 1 <= len(spec.workers) <= MAX_WORKERS:
+        raise ControllerError(f"job {spec.job_id}: {len(spec.workers)} workers; a job has 1..{MAX_WORKERS}")
+    if not 0 <= JOB_GROUP_BASE + spec.job_id < UP_GROUP:
+        raise ControllerError(f"job id {spec.job_id} is out of range (0..{UP_GROUP - 1 - JOB_GROUP_BASE})")
+    routes = routes or _Routes(topo)
+    roots = routes.closest([topo.host_port(w)[0] for w in spec.workers], set(topo.switches))
+    if not roots:
+        raise ControllerError(f"job {spec.job_id}: no switch reaches all of its workers' switches")
+    return _tree(routes, spec.job_id, spec.workers, roots[index % len(roots)], spec.hierarchical)
+
+
+def candidate_trees(topo: Topology, job_id: int, hosts: list[str], allowed: set[str],
+                    hierarchical: bool = True) -> list[JobTree]:
+    """The trees a job of `hosts` can have using only the `allowed` switches: rooted at each
+    of the allowed switches closest to all the hosts' switches (the rule `topology_tree`
+    follows) such that every switch on the way is allowed too, in name order. Summed on two
+    levels where the workers sit under several switches and the tree's limits allow
+    (`hierarchical`), else flat."""
+    routes = _Routes(topo)
+    sources = [topo.host_port(h)[0] for h in hosts]
+    usable = {root for root in allowed
+              if all(s in allowed for s in topo.switches if s != root and routes.on_path(s, sources, root))}
+    trees = []
+    for root in routes.closest(sources, usable):
+        try:
+            trees.append(_tree(routes, job_id, tuple(hosts), root, hierarchical))
+        except ControllerError as e:
+            log.info("job %d: %s; summed flat at %s", job_id, e, root)
+            trees.append(_tree(routes, job_id, tuple(hosts), root, False))
+    return trees
+
+
+def tree_jobs(topo: Topology, tree: JobTree, slot_bases: dict[str, int], num_slots: int,
+              pool_sizes: dict[str, int], addresses: list[tuple[str, int]] | None = None,
+              routes: _Routes | None = None) -> dict[str, Job]:
+    """The `Job` each summing switch of `tree` holds, with its slot base there, `num_slots`
+    slots (the same on every level: packets carry the slot index within the job's range) and
+    its program's slots per version; worker w receives results at `addresses[w]` (ip,
+    UDP port; default: its host's address and INC_PORT)."""
+    routes = routes or _Routes(topo)
+    addresses = addresses or [(topo.hosts[h].address, INC_PORT) for h in tree.hosts]
+    sources = [topo.host_port(h)[0] for h in tree.hosts]
+    parents = dict(tree.parents)
+    ids = {leaf: len(tree.hosts) + k for k, leaf in enumerate(tree.leaves)}
+    jobs = {}
+    for switch in tree.summing:
+        below = tuple(_member(routes, switch, child, ids[child]) for child in tree.leaves if parents[child] == switch)
+        cabled = tuple(Worker(w, h, routes.port_to_host(switch, h), topo.hosts[h].mac, *addresses[w])
+                       for w, h in enumerate(tree.hosts) if sources[w] == switch or (switch == tree.root and not below))
+        uplink = _member(routes, switch, parents[switch], ids[switch]) if switch in parents else None
+        jobs[switch] = Job(tree.job_id, below or cabled, JOB_GROUP_BASE + tree.job_id, slot_bases[switch], num_slots,
+                           pool_sizes[switch], uplink)
+    return jobs
+
+
+def tree_forwards(tree: JobTree) -> list[tuple[str, JobForward]]:
+    """The `JobForward` of each switch that passes the job on."""
+    return [(s, JobForward(tree.job_id, tree.root, port)) for s, port in tree.forwards]
+
+
+def _tree(routes: _Routes, job_id: int, hosts: tuple[str, ...], root: str, hierarchical: bool) -> JobTree:
+    sources = [routes.topo.host_port(h)[0] for h in hosts]
+    parents = _parents(routes, job_id, len(hosts), sources, root) if hierarchical else {}
+    leaves = tuple(sorted(parents, key=_natural))
+    forwards = tuple((s, routes.next_port(s, root)) for s in sorted(routes.topo.switches, key=_natural)
+                     if s != root and s not in parents and routes.on_path(s, sources, root))
+    return JobTree(job_id, hosts, root, leaves, forwards, tuple((s, parents[s]) for s in leaves))
+
+
+def _parents(routes: _Routes, job_id: int, n_workers: int, sources: list[str], root: str) -> dict[str, str]:
+    """The switch above each switch that sums part of a hierarchical job below `root`: every
+    switch on the workers' ways to it (a middle tier sums the partials of those below it);
     none when the workers share one switch (it sums them all)."""
-    leaves = sorted(set(sources) - {aggregator}, key=_natural)
-    if not leaves:
-        return []
-    if aggregator in sources:
-        raise ControllerError(f"job {spec.job_id}: hierarchical, but some workers are cabled to {aggregator}, "
-                              f"which sums the leaves; put them under a leaf or make the job flat")
-    far = [leaf for leaf in leaves if routes.hops(leaf, aggregator) != 1]
-    if far:
-        raise ControllerError(f"job {spec.job_id}: hierarchical, but {', '.join(far)} are not one hop "
-                              f"from {aggregator}, which sums the leaves; make the job flat")
-    if len(spec.workers) + len(leaves) > MAX_WORKERS:
-        raise ControllerError(f"job {spec.job_id}: {len(spec.workers)} workers and {len(leaves)} leaves "
+    parents: dict[str, str] = {}
+    for src in set(sources):
+        node = src
+        while node != root:
+            parents[node] = routes.neighbour(node, routes.next_port(node, root))
+            node = parents[node]
+    mixed = sorted((s for s in set(parents.values()) | {root} if s in sources and parents), key=_natural)
+    if mixed:
+        raise ControllerError(f"job {job_id}: hierarchical, but some workers are cabled to {', '.join(mixed)}, "
+                              f"which sum{'s' if len(mixed) == 1 else ''} the switches below; put them under "
+                              f"a leaf or make the job flat")
+    if n_workers + len(parents) > MAX_WORKERS:
+        raise ControllerError(f"job {job_id}: {n_workers} workers and {len(parents)} switches below {root} "
                               f"need more than {MAX_WORKERS} ids; make the job flat")
-    return leaves
+    return parents
 
 
 def _member(routes: _Routes, switch: str, other: str, member_id: int) -> Worker:
     """The switch `other` as a member of a job on `switch`: a leaf below it, or the switch
     above it, known to both by `member_id` and reached at the aggregator's address."""
     return Worker(member_id, other, routes.next_port(switch, other), AGG_MAC, AGG_IP)
-
-
-def place_job(topo: Topology, hosts: list[str], allowed: set[str]) -> tuple[str, dict[str, int]] | None:
-    """Where a job of `hosts` can be aggregated using only the `allowed` switches: the one
-    closest to all the hosts' switches (the rule `jobs_on_switch` follows) such that every
-    switch on the way to it is allowed too, as it must forward the job; and the port each of
-    those switches forwards the job through. None when no allowed switch qualifies."""
-    routes = _Routes(topo)
-    sources = [topo.host_port(h)[0] for h in hosts]
-    candidates = []
-    for agg in allowed:
-        hops = [routes.hops(s, agg) for s in sources]
-        if None in hops:
-            continue
-        path = [s for s in topo.switches if s != agg and routes.on_path(s, sources, agg)]
-        if all(s in allowed for s in path):
-            candidates.append((max(hops), _natural(agg), agg, path))
-    if not candidates:
-        return None
-    _, _, agg, path = min(candidates)
-    return agg, {s: routes.next_port(s, agg) for s in path}
-
-
-def worker_ports(topo: Topology, switch: str, hosts: list[str]) -> list[int]:
-    """The port of `switch` towards each host."""
-    routes = _Routes(topo)
-    return [routes.port_to_host(switch, h) for h in hosts]
 
 
 def forwarding_entries(topo: Topology, switch: str) -> tuple[list[TableEntry], list[MulticastGroup]]:
@@ -205,8 +270,10 @@ def forwarding_entries(topo: Topology, switch: str) -> tuple[list[TableEntry], l
     return entries, groups
 
 
-def job_entries(job: Job) -> tuple[list[TableEntry], MulticastGroup]:
-    """inc_job, one inc_worker and one inc_worker_addr per member, and the job's group."""
+def job_entries(job: Job) -> tuple[list[TableEntry], list[MulticastGroup]]:
+    """inc_job, one inc_worker and one inc_worker_addr per member, and the job's groups: its
+    members' (a leaf: its workers', and its uplink's alone in the group | UP_GROUP, so each
+    direction replicates only what it sends)."""
     entries = [TableEntry(INC_JOB, "MyIngress.set_job",
                           {"num_workers": len(job.workers) | (JOB_LEAF if job.uplink else 0),
                            "mcast_grp": job.mcast_group, "slot_base": job.slot_base, "num_slots": job.num_slots},
@@ -218,8 +285,10 @@ def job_entries(job: Job) -> tuple[list[TableEntry], MulticastGroup]:
         entries.append(TableEntry(INC_WORKER_ADDR, "MyEgress.set_worker_addr",
                                   {"mac": w.mac, "ip": w.ip, "udp_port": w.udp_port},
                                   {"hdr.inc.job_id": job.job_id, "meta.dest_worker": w.worker_id}))
-    group = MulticastGroup(job.mcast_group, tuple(Replica(w.port, w.worker_id) for w in job.members))
-    return entries, group
+    groups = [MulticastGroup(job.mcast_group, tuple(Replica(w.port, w.worker_id) for w in job.workers))]
+    if job.uplink:
+        groups.append(MulticastGroup(job.mcast_group | UP_GROUP, (Replica(job.uplink.port, job.uplink.worker_id),)))
+    return entries, groups
 
 
 def forward_entry(fwd: JobForward) -> TableEntry:
@@ -267,13 +336,16 @@ class _Routes:
         attached, port = self.topo.host_port(host)
         return port if attached == switch else self.next_port(switch, attached)
 
-    def aggregator(self, switches: list[str]) -> str:
-        """The switch closest to all of them (fewest hops to the farthest; then by name)."""
-        candidates = [s for s in self.topo.switches if all(t in self._dist[s] for t in switches)]
-        if not candidates:
-            raise ControllerError(f"no switch reaches all of {sorted(set(switches))}")
-        return min(candidates, key=lambda s: (max(self._dist[s][t][0] for t in switches),
-                                              _natural(s)))
+    def closest(self, switches: list[str], among: set[str]) -> list[str]:
+        """Those of `among` closest to all of `switches` (fewest hops to the farthest), by name."""
+        reach = {s: max(self._dist[s][t][0] for t in switches) for s in among
+                 if all(t in self._dist[s] for t in switches)}
+        best = min(reach.values(), default=None)
+        return sorted((s for s, hops in reach.items() if hops == best), key=_natural)
+
+    def neighbour(self, switch: str, port: int) -> str:
+        """The switch cabled to `switch`'s `port`."""
+        return next(n for p, n in self.adj[switch] if p == port)
 
     def on_path(self, switch: str, sources: list[str], target: str) -> bool:
         """Whether packets from some source switch to `target` cross `switch`."""
@@ -282,8 +354,7 @@ class _Routes:
             while node != target:
                 if node == switch:
                     return True
-                port = self.next_port(node, target)
-                node = next(n for p, n in self.adj[node] if p == port)
+                node = self.neighbour(node, self.next_port(node, target))
         return False
 
 

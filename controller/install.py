@@ -72,7 +72,7 @@ def install_jobs(sw: Switch, jobs: Iterable[Job], forwards: Iterable[JobForward]
         for job in new:
             clear_slots(sw, job)
     planned = [job_entries(job) for job in jobs]
-    install_multicast_groups(sw, [group for _, group in planned])
+    install_multicast_groups(sw, [group for _, groups in planned for group in groups])
     install_table_entries(sw, [e for entries, _ in planned for e in entries[1:]])
     install_table_entries(sw, [entries[0] for entries, _ in planned] + [forward_entry(f) for f in forwards])
     for job in jobs:
@@ -95,10 +95,10 @@ def install_job_forward(sw: Switch, fwd: JobForward) -> int:
 
 def remove_job(sw: Switch, job: Job) -> None:
     """Stop admitting the job (inc_job first), then drop its workers and its group."""
-    entries, group = job_entries(job)
+    entries, groups = job_entries(job)
     delete_table_entries(sw, entries[:1])
     delete_table_entries(sw, entries[1:])
-    delete_multicast_groups(sw, [group.multicast_group_id])
+    delete_multicast_groups(sw, [group.multicast_group_id for group in groups])
     log.info("%s: job %d removed", sw.name, job.job_id)
 
 

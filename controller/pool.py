@@ -1,7 +1,8 @@
 """The shared pool of aggregator slots, handed to jobs on request and given back: `SlotPool`
-(which ranges of one switch are free), `JobPool` (a grant installs the job on the switch that
-aggregates it over P4Runtime, a release removes it) and `PoolServer`, the small JSON-lines
-service hosts reach over TCP or a Unix socket (docs/protocol.md, "The slot pool service").
+(which ranges of one switch are free), `JobPool` (a grant installs the job on every switch of
+its tree over P4Runtime: the root, the leaves below it, the switches that pass it on; a
+release removes it) and `PoolServer`, the small JSON-lines service hosts reach over TCP or a
+Unix socket (docs/protocol.md, "The slot pool service").
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from topologies.spec import Topology
 
 from protocol import MAX_WORKERS
 
-from .allreduce import JOB_GROUP_BASE, Job, JobForward, Worker, place_job, worker_ports
+from .allreduce import Job, JobForward, JobTree, candidate_trees, tree_forwards, tree_jobs
 from .errors import ControllerError
 from .install import install_job, install_job_forward, program_sizes, remove_job, remove_job_forward
 from .switch import Switch
@@ -69,15 +70,28 @@ class SlotPool:
 
 @dataclass(frozen=True)
 class Grant:
-    """A job admitted from the pool: its id, the switch aggregating it, its slot range and the
-    elements per packet (K) of the program that switch runs."""
+    """A job admitted from the pool: its id, the switch that sums it (its tree's root), its slot
+    range there and the elements per packet (K) of the program that switch runs; `jobs` what
+    each summing switch holds (the root's first, then the leaves'), `forwards` the switches
+    passing it on."""
     job_id: int
     switch: str
     slot_base: int
     num_slots: int
     elements_per_packet: int
-    job: Job = field(repr=False)
+    tree: JobTree = field(repr=False)
+    jobs: tuple[tuple[str, Job], ...] = field(repr=False)
     forwards: tuple[tuple[str, JobForward], ...] = field(default=(), repr=False)
+
+    @property
+    def job(self) -> Job:
+        """What the root holds."""
+        return self.jobs[0][1]
+
+    @property
+    def slot_bases(self) -> dict[str, int]:
+        """Each summing switch's first slot of the job."""
+        return {s: job.slot_base for s, job in self.jobs}
 
 
 class JobPool:
@@ -105,9 +119,10 @@ class JobPool:
         self._by_ip = {spec.address: name for name, spec in topo.hosts.items()}
         self._lock = threading.Lock()
 
-    def request(self, workers: list[tuple[str, int]], num_slots: int) -> Grant:
+    def request(self, workers: list[tuple[str, int]], num_slots: int, hierarchical: bool = True) -> Grant:
         """Admit a job of these workers ((ip, udp_port) in worker-id order) with `num_slots`
-        slots; PoolRefused says why not."""
+        slots on every switch that sums it (on two levels where its workers sit under several
+        switches, unless not `hierarchical`); PoolRefused says why not."""
         if not 1 <= len(workers) <= MAX_WORKERS:
             raise PoolRefused(BAD_REQUEST, f"a job has 1..{MAX_WORKERS} workers, not {len(workers)}")
         if not 1 <= num_slots:
@@ -119,31 +134,32 @@ class JobPool:
                                                     f"this pool aggregates for it")
             hosts.append(self._by_ip[ip])
         with self._lock:
-            placed = place_job(self.topo, hosts, set(self.switches))
-            if placed is None:
+            job_id = self._free_job_id()
+            trees = candidate_trees(self.topo, job_id, hosts, set(self.switches), hierarchical)
+            if not trees:
                 under = ", ".join(f"{h} (under {self.topo.host_port(h)[0]})" for h in hosts)
                 raise PoolRefused(CANNOT_AGGREGATE, f"no switch of this pool ({', '.join(sorted(self.switches))}) "
                                                     f"can aggregate for workers {under}")
-            switch, forwards = placed
-            job_id = self._free_job_id()
-            base = self.pools[switch].allocate(job_id, num_slots)
-            ports = worker_ports(self.topo, switch, hosts)
-            job = Job(job_id, tuple(Worker(w, h, port, self.topo.hosts[h].mac, ip, udp_port)
-                                    for w, (h, port, (ip, udp_port)) in enumerate(zip(hosts, ports, workers))),
-                      JOB_GROUP_BASE + job_id, base, num_slots, self.sizes[switch].pool_size)
-            grant = Grant(job_id, switch, base, num_slots, self.sizes[switch].elements_per_packet, job,
-                          tuple((s, JobForward(job_id, switch, port)) for s, port in forwards.items()))
-            try:
-                for s, fwd in grant.forwards:
-                    install_job_forward(self.switches[s], fwd)
-                install_job(self.switches[switch], job)
-            except ControllerError as e:
-                self.pools[switch].release(job_id)
-                self._remove(grant)
-                raise PoolRefused(UNREACHABLE, f"{switch}: cannot install job {job_id}: {e}") from None
+            # Several roots qualify (spines): the one with the most free slots, so jobs spread.
+            trees.sort(key=lambda t: -self.pools[t.root].free)
+            tree, bases = self._allocate(trees, job_id, num_slots)
+            jobs = tree_jobs(self.topo, tree, bases, num_slots, {s: self.sizes[s].pool_size for s in bases},
+                             workers)
+            grant = Grant(job_id, tree.root, bases[tree.root], num_slots, self.sizes[tree.root].elements_per_packet,
+                          tree, tuple(jobs.items()), tuple(tree_forwards(tree)))
+            installs = [(s, install_job_forward, fwd) for s, fwd in grant.forwards]
+            installs += [(s, install_job, job) for s, job in grant.jobs]
+            for s, install, what in installs:
+                try:
+                    install(self.switches[s], what)
+                except ControllerError as e:
+                    self._free(grant)
+                    self._remove(grant)
+                    raise PoolRefused(UNREACHABLE, f"{s}: cannot install job {job_id}: {e}") from None
             self.grants[job_id] = grant
-            log.info("pool: job %d granted slots %d..%d of %s (%d of %d free)", job_id, base,
-                     base + num_slots - 1, switch, self.pools[switch].free, self.pools[switch].capacity)
+            log.info("pool: job %d granted slots %s (root %s: %d of %d free)", job_id,
+                     ", ".join(f"{base}..{base + num_slots - 1} of {s}" for s, base in bases.items()),
+                     tree.root, self.pools[tree.root].free, self.pools[tree.root].capacity)
             return grant
 
     def release(self, job_id: int) -> None:
@@ -152,9 +168,30 @@ class JobPool:
             grant = self.grants.pop(job_id, None)
             if grant is None:
                 return
-            self.pools[grant.switch].release(job_id)
+            self._free(grant)
             self._remove(grant)
-            log.info("pool: job %d released its %d slots of %s", job_id, grant.num_slots, grant.switch)
+            log.info("pool: job %d released its %d slots of %s", job_id, grant.num_slots,
+                     ", ".join(s for s, _ in grant.jobs))
+
+    def _allocate(self, trees: list[JobTree], job_id: int, num_slots: int) -> tuple[JobTree, dict[str, int]]:
+        """The first tree with `num_slots` free on every switch that sums it, and the slot base
+        each gives the job; PoolRefused(NO_ROOM) naming the full switch if none has room."""
+        refusal = None
+        for tree in trees:
+            bases: dict[str, int] = {}
+            try:
+                for s in tree.summing:
+                    bases[s] = self.pools[s].allocate(job_id, num_slots)
+                return tree, bases
+            except PoolRefused as e:
+                refusal = refusal or PoolRefused(NO_ROOM, f"{s}: {e}")
+                for taken in bases:
+                    self.pools[taken].release(job_id)
+        raise refusal
+
+    def _free(self, grant: Grant) -> None:
+        for s, _ in grant.jobs:
+            self.pools[s].release(grant.job_id)
 
     def close(self) -> None:
         for job_id in list(self.grants):
@@ -171,12 +208,16 @@ class JobPool:
 
     def _remove(self, grant: Grant) -> None:
         """Best effort: a switch that is gone has lost the job's entries anyway."""
-        try:
-            remove_job(self.switches[grant.switch], grant.job)
-            for s, fwd in grant.forwards:
+        for s, job in reversed(grant.jobs):       # the leaves before the root
+            try:
+                remove_job(self.switches[s], job)
+            except ControllerError as e:
+                log.warning("pool: job %d: could not remove its entries from %s: %s", grant.job_id, s, e)
+        for s, fwd in grant.forwards:
+            try:
                 remove_job_forward(self.switches[s], fwd)
-        except ControllerError as e:
-            log.warning("pool: job %d: could not remove its entries: %s", grant.job_id, e)
+            except ControllerError as e:
+                log.warning("pool: job %d: could not remove its forward from %s: %s", grant.job_id, s, e)
 
 
 class PoolServer:
@@ -253,11 +294,14 @@ class PoolServer:
             op = message["op"]
             if op == "request":
                 workers = [(str(ip), int(port)) for ip, port in message["workers"]]
-                grant = self.pool.request(workers, int(message["slots"]))
+                hierarchical = message.get("hierarchical", True)
+                if not isinstance(hierarchical, bool):
+                    raise PoolRefused(BAD_REQUEST, f"hierarchical is true or false, not {hierarchical!r}")
+                grant = self.pool.request(workers, int(message["slots"]), hierarchical)
                 held.add(grant.job_id)
                 return {"ok": True, "job_id": grant.job_id, "switch": grant.switch,
                         "slot_base": grant.slot_base, "num_slots": grant.num_slots,
-                        "elements_per_packet": grant.elements_per_packet}
+                        "elements_per_packet": grant.elements_per_packet, "slot_bases": grant.slot_bases}
             if op == "release":
                 job_id = int(message["job_id"])
                 if job_id not in held:

@@ -12,6 +12,8 @@ import os
 from pathlib import Path
 from typing import Callable
 
+from protocol import elements_per_packet_for, elements_per_packet_problem
+
 MAX_PORT = 65535
 
 
@@ -108,3 +110,12 @@ def output_dir(text: str) -> Path:
     except OSError as err:
         raise argparse.ArgumentTypeError(f"cannot create {path}: {err.strerror or err}") from None
     return path
+
+
+def settle_elements_per_packet(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Set args.elements_per_packet to the K the switch program is built with (the one asked
+    for, else the target's recommended one), or end in argparse's error if links of args.mtu
+    cannot carry it. For the CLIs that build a fabric (they all have --target and --mtu)."""
+    args.elements_per_packet = elements_per_packet_for(args.target, args.mtu, args.elements_per_packet)
+    if (problem := elements_per_packet_problem(args.elements_per_packet, args.mtu)):
+        parser.error(f"--elements-per-packet: {problem}")

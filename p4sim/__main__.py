@@ -223,8 +223,8 @@ def run_switch(args: argparse.Namespace, program: Program | None, interfaces: di
                      args.slow_mode.queue_depth, args.slow_mode.latency_s * 1e6)
         if args.thrift_port is not None:
             thrift = serve_thrift(switch, args.thrift_port, device_id=args.device_id, ports=interfaces)
-        log.info("p4sim ready: device %d, P4Runtime on port %d, %s, ports %s", args.device_id, port,
-                 program.info.source_file if program else "no program (--no-p4)",
+        log.info("p4sim ready: device %d, P4Runtime on port %d, %s, %s backend and data path, ports %s",
+                 args.device_id, port, program.info.source_file if program else "no program (--no-p4)", backend,
                  ", ".join(f"{n}@{i}" for n, i in sorted(interfaces.items())) or "none")
 
         def on_packet(port_number: int, data: bytes) -> None:

@@ -61,6 +61,9 @@ const bit<8> ROUND_FLAGS = FLAG_OVERFLOW | FLAG_PARTIAL | FLAG_RETRANSMIT | FLAG
 // Added to set_job's num_workers on a leaf of a hierarchical job: a completed slot holds only
 // this leaf's partial, which goes up to the spine; the spine's result comes back down.
 const bit<8> JOB_LEAF = 0x80;
+// A leaf replicates each way through its own group: set_job's mcast_grp holds the leaf's workers
+// (results down), mcast_grp | UP_GROUP the spine alone (partials up). No copy is made to be dropped.
+const bit<16> UP_GROUP = 0x8000;
 
 // Elements per packet, K: a build parameter (p4c -DINC_K=256; `make run INC_K=256`), a multiple
 // of 32 up to what one frame holds: 352 at an MTU of 1500 bytes, 2208 at 9000 (a frame carries
@@ -252,7 +255,7 @@ struct metadata_t {
     bool    inc_forwarded;   // an INC packet for a job aggregated further up: forward it as is
     bool    inc_reply;       // an INC result: egress addresses it to one worker
     bool    inc_multicast;   // ... the worker named by the replica's rid
-    bool    inc_up;          // ... a leaf's partial: only the replica to the spine leaves
+    bool    inc_up;          // ... a leaf's partial, to the spine (UP_GROUP): a CONTRIB with PARTIAL
     bit<8>  dest_worker;     // ... else this worker
 }
 
@@ -680,7 +683,10 @@ control MyIngress(inout headers_t hdr,
             } else if (!complete || seq_delta != 0) {
                 drop_stale();
             } else {
-                meta.flags = hdr.inc.flags & (FLAG_OVERFLOW | FLAG_RESENT | FLAG_RETRANSMIT);
+                // A middle tier (its round summed partials) passes the result down as one:
+                // the switches below hand it to their workers by their collective's rule.
+                meta.flags = (hdr.inc.flags & (FLAG_OVERFLOW | FLAG_RESENT | FLAG_RETRANSMIT))
+                    | (meta.flags & FLAG_PARTIAL);
                 meta.need = hdr.inc.need;
                 multicast_result();
             }
@@ -707,7 +713,7 @@ control MyIngress(inout headers_t hdr,
                 // A leaf has its partial alone: it goes to the spine again, which answers
                 // with its stored result for all of this leaf's workers.
                 if (meta.leaf_job) {
-                    standard_metadata.mcast_grp = meta.mcast_grp;
+                    standard_metadata.mcast_grp = meta.mcast_grp | UP_GROUP;
                     meta.inc_multicast = true;
                     meta.inc_up = true;
                 }
@@ -722,7 +728,10 @@ control MyIngress(inout headers_t hdr,
         meta.needed = (meta.flags & FLAG_EAGER) != 0 ? 8w1 : meta.num_workers;
         if (meta.count == meta.needed) {
             multicast_result();
-            meta.inc_up = meta.leaf_job;   // a leaf's sum is a partial: it goes to the spine
+            if (meta.leaf_job) {           // a leaf's sum is a partial: it goes to the spine
+                standard_metadata.mcast_grp = meta.mcast_grp | UP_GROUP;
+                meta.inc_up = true;
+            }
         } else {
             consume();
         }
@@ -775,12 +784,6 @@ control MyEgress(inout headers_t hdr,
                 meta.dest_worker = (bit<8>)standard_metadata.egress_rid;
             }
             inc_worker_addr.apply();
-            // A leaf's group holds its workers and the spine, whose address is the aggregator's:
-            // a partial goes to the spine alone, the spine's result to the workers alone.
-            if (meta.leaf_job && meta.inc_up != (hdr.ipv4.dstAddr == AGG_IP)) {
-                mark_to_drop(standard_metadata);
-                return;
-            }
             if (meta.inc_up) {
                 hdr.inc.opcode = OP_CONTRIB;
                 hdr.inc.flags = hdr.inc.flags | FLAG_PARTIAL;

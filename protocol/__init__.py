@@ -18,6 +18,7 @@ INC_VERSION = 2                  # 2: a 12-bit count, for K above 255 (1: 8 bits
 POOL_SIZE = 512                  # slots per version in the switch, shared by all jobs
 MAX_WORKERS = 32                 # the switch's contributor bitmap is 32 bits
 JOB_LEAF = 0x80                  # added to set_job's num_workers on a leaf of a hierarchical job
+UP_GROUP = 0x8000                # a leaf's group to its spine: the job's group | UP_GROUP
 
 OP_CONTRIB = 1                   # worker -> switch: one worker's chunk
 OP_RESULT = 2                    # switch -> worker: the chunk's result
@@ -58,6 +59,11 @@ ELEMENT_SIZE = 4                 # one int32 element
 IPV4_UDP_SIZE = 20 + 8           # the part of a packet before the INC header that an MTU counts
 ELEMENTS_PER_BLOCK = 32          # K is a multiple of it: the program carries elements in blocks
 DEFAULT_ELEMENTS_PER_PACKET = 32  # allreduce.p4's INC_K when built without one (tests check)
+# The K that `make run/demo/bench/demo-tp` and their CLIs build with when given none, per target:
+# p4sim's C backend pays little per element next to its per-packet work, and `make bench` there is
+# fastest at K = 256 (the largest multiple of 64 a 1500-byte frame holds); BMv2 interprets every
+# element's actions one by one, so past 64 a doubling buys little (README, "Elements per packet").
+RECOMMENDED_ELEMENTS_PER_PACKET = {"p4sim": 256, "bmv2": 64}
 MAX_ELEMENTS_PER_PACKET = 4064   # the header's count has 12 bits
 
 
@@ -70,6 +76,15 @@ def max_elements_per_packet(mtu: int) -> int:
     """The largest K whose packets fit a link of this MTU (352 at 1500 bytes, 2208 at 9000)."""
     fits = (mtu - IPV4_UDP_SIZE - HEADER_SIZE) // ELEMENT_SIZE
     return min(MAX_ELEMENTS_PER_PACKET, fits // ELEMENTS_PER_BLOCK * ELEMENTS_PER_BLOCK)
+
+
+def elements_per_packet_for(target: str, mtu: int, asked: int | None = None) -> int:
+    """The K to build allreduce.p4 with: the one asked for, else the target's recommended K (at
+    most what a frame of this MTU holds)."""
+    if asked is not None:
+        return asked
+    return min(RECOMMENDED_ELEMENTS_PER_PACKET.get(target, DEFAULT_ELEMENTS_PER_PACKET),
+               max(ELEMENTS_PER_BLOCK, max_elements_per_packet(mtu)))
 
 
 def elements_per_packet_problem(elements_per_packet: int, mtu: int) -> str | None:

@@ -19,10 +19,52 @@ from hosts.args import output_file
 REPO = Path(__file__).resolve().parents[1]
 KILLED = {"killed", "timeout", "segfault", "caught by type check"}
 # Mutants that change no behaviour any caller can see, by name (mutmut numbers them per function).
+E = "p4sim.backends.python.expressions.xǁExprGenǁ"     # how mutmut names a method's mutants
+FLOAT64_DEFAULT = "Equivalent: astype(None) is astype(float64), numpy's default dtype."
 EQUIVALENT: dict[str, str] = {
     **dict.fromkeys(("hosts.numerics.x_from_words__mutmut_4", "hosts.numerics.x_from_words__mutmut_6"),
                     "Equivalent: the dtype argument of ascontiguousarray only converts, and the words every "
                     "caller passes are int32 already (as_words' output, or the wire's)."),
+    **dict.fromkeys(("hosts.numerics.x_to_ordered__mutmut_5", "hosts.numerics.x_to_ordered__mutmut_7"),
+                    "Equivalent: past the int32 return only float32 arrays arrive (reduce_op refuses min and "
+                    "max on other dtypes), and ascontiguousarray of float32 to float32 converts nothing."),
+    "hosts.numerics.x_from_sums__mutmut_11": FLOAT64_DEFAULT,
+    "hosts.numerics.x_from_sums__mutmut_12": "Equivalent: axis +1 is axis -1 for the 2-D rows (chunk x element) "
+                                             "the one caller (hosts/agent.py) passes.",
+    **dict.fromkeys(("hosts.numerics.x_result_errors__mutmut_64", "hosts.numerics.x_result_errors__mutmut_66"),
+                    "Equivalent: exact is float64 (int64 for int32), so numpy widens the result exactly "
+                    "before subtracting whether or not it was converted first."),
+    "hosts.quantize.x_quantize__mutmut_2": FLOAT64_DEFAULT,
+    "hosts.quantize.x_dequantize__mutmut_5": FLOAT64_DEFAULT,
+    **dict.fromkeys(("hosts.quantize.x_chunk_exponents__mutmut_5", "hosts.quantize.x_chunk_exponents__mutmut_7"),
+                    "Equivalent: frexp gives the same exponent in the chunks' own format (checked for every "
+                    "float16 and bfloat16 bit pattern, every float32 subnormal and 10^6 random float32s)."),
+    # p4sim's Python code generator: generated code that computes the same value.
+    **dict.fromkeys([f"{E}x_Slice__mutmut_12", f"{E}cut_fields__mutmut_19"],
+                    "Equivalent: `(v >> 0) & m` is `v & m`."),
+    f"{E}x_ListExpr__mutmut_7": "Equivalent: also copies a fresh struct value, which nothing else refers to.",
+    f"{E}x_Cast__mutmut_7": "Equivalent: a bool compared `!= 0` is itself.",
+    **dict.fromkeys([f"{E}x_Cast__mutmut_{n}" for n in (9, 10, 12, 23, 27, 28)],
+                    "Equivalent: masks (or sign-flips after masking) a value already in range: every bit<W> and "
+                    "enum value p4sim holds is in [0, 2^W), so widening or same-width casts need no mask."),
+    **dict.fromkeys([f"{E}x_Binary__mutmut_{n}" for n in (120, 123, 126)],
+                    "Equivalent: a constant shift by W or more gives 0 through wrap() or the run-time shl() too."),
+    **dict.fromkeys([f"{E}x_Binary__mutmut_{n}" for n in (57, 58, 59, 60, 61, 62, 67, 68, 69)],
+                    "Equivalent: drops one operator from the `x op 0` shortcut; the full wrapped computation "
+                    "gives the same value."),
+    **dict.fromkeys([f"{E}x_Binary__mutmut_{n}" for n in (26, 27, 28, 29)],
+                    "Equivalent: a comparison that misses this branch reaches the bool-typed one, which writes "
+                    "the same `(a op b)`."),
+    **dict.fromkeys([f"{E}x_Binary__mutmut_{n}" for n in (35, 37, 38, 40)],
+                    "Equivalent: `a ++ b` is already in range: the mask of an unsigned b and the wrap of the "
+                    "concatenation (signed a shifted, OR a non-negative b) change no value."),
+    **dict.fromkeys([f"{E}member_ref__mutmut_{n}" for n in (7, 8, 9)],
+                    "Equivalent: the local alias is a speed-up only; without it the same object is read through "
+                    "the parameter (frame is set only on control-level variables, never on parameters)."),
+    **dict.fromkeys([f"{E}x_Member__mutmut_{n}" for n in (26, 27, 28, 29)],
+                    "Equivalent: stack.size is a compile-time constant, which expr() returns folded before "
+                    "x_Member runs; no other member name reaches this line."),
+    f"{E}x_Call__mutmut_50": "Equivalent: a packet_in is always a parameter name, and x_NameRef does not use ctx.",
 }
 
 

@@ -77,9 +77,11 @@ class Impairment:
 
     def switch_link_ruleset(self, intf: str) -> str:
         """A switch port's table (in the root namespace, where switch ports live): loss on
-        arrival, so the tables at both ends of a link cover both directions."""
-        return "\n".join([f"table netdev {switch_table(intf)} {{", "  chain ingress {",
-                          f'    type filter hook ingress device "{intf}" priority 0;',
+        departure, so the tables at both ends of a link cover both directions. Not on arrival:
+        the switch's packet socket (ETH_P_ALL) takes its copy of an arriving frame before any
+        ingress hook runs, so an ingress drop would count frames the switch still gets."""
+        return "\n".join([f"table netdev {switch_table(intf)} {{", "  chain egress {",
+                          f'    type filter hook egress device "{intf}" priority 0;',
                           f"    numgen random mod 10000 < {round(self.switch_loss_pct * 100)} counter drop",
                           "  }", "}", ""])
 

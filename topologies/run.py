@@ -16,14 +16,13 @@ import numpy as np
 from mininet.cli import CLI
 from mininet.log import setLogLevel
 
-from hosts.args import at_least, output_dir
+from hosts.args import at_least, output_dir, settle_elements_per_packet
 from hosts.numerics import check_sum
 from p4sim.dataplane import SLOW_PRESETS
-from protocol import elements_per_packet_problem
 from topologies.fabric import Fabric, FabricError, FabricOptions, Impairment
 from topologies.pieces import (DEFAULT_PROGRAM, PieceError, clear_job_slots, compile_program,
                                job_elements_per_packet, read_counters, run_allreduce, setup_controller)
-from topologies.spec import DEFAULT_MTU, Topology, TopologyError, leaf_spine, star
+from topologies.spec import DEFAULT_MTU, Topology, TopologyError, leaf_spine, star, three_tier
 from topologies.switches import TARGETS, SwitchError
 
 log = logging.getLogger(__name__)
@@ -43,12 +42,15 @@ def build_parser() -> argparse.ArgumentParser:
                "  python -m topologies.run --hosts 4 --demo --loss 1\n"
                "  python -m topologies.run --hosts 4 --demo --slow bmv2     # p4sim as slow as BMv2\n"
                "  python -m topologies.run --hosts 4 --demo --mtu 9000 --elements-per-packet 1024\n"
-               "  python -m topologies.run --topo leaf-spine --leaves 2 --spines 1 --hosts 2 --cli",
+               "  python -m topologies.run --topo leaf-spine --leaves 2 --spines 1 --hosts 2 --cli\n"
+               "  python -m topologies.run --topo three-tier --pods 2 --leaves 2 --hosts 2 --demo",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--topo", choices=("star", "leaf-spine"), default="star", help="fabric shape (default: star)")
+    p.add_argument("--topo", choices=("star", "leaf-spine", "three-tier"), default="star",
+                   help="fabric shape (default: star); three-tier: leaves, one aggregation switch per pod, one core")
     p.add_argument("--hosts", type=int, default=4,
-                   help="hosts of the star (2..8), or hosts per leaf of a leaf-spine (default: 4)")
-    p.add_argument("--leaves", type=int, default=2, help="leaf switches of a leaf-spine (default: 2)")
+                   help="hosts of the star (2..8), or hosts per leaf (default: 4)")
+    p.add_argument("--leaves", type=int, default=2, help="leaf switches of a leaf-spine, or per pod (default: 2)")
+    p.add_argument("--pods", type=int, default=2, help="pods of a three-tier fabric (default: 2)")
     p.add_argument("--spines", type=int, default=1, help="spine switches of a leaf-spine (default: 1)")
     p.add_argument("--flat", action="store_true",
                    help="a leaf-spine's job is summed at the spine alone, the leaves only forward "
@@ -59,8 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="P4 program the switches run (default: the repository's p4src/allreduce.p4)")
     p.add_argument("--elements-per-packet", "--inc-k", type=int, metavar="K",
                    help="build the program with K elements per packet (INC_K, a multiple of 32 up to what one "
-                        "frame of --mtu holds: 352 at 1500, 2208 at 9000; default: the program's own, 32); the "
-                        "controller records it in the job and the workers take it from there")
+                        "frame of --mtu holds: 352 at 1500, 2208 at 9000; default: the target's recommended K, "
+                        "256 on p4sim and 64 on BMv2); the controller records it in the job and the workers take it from there")
     p.add_argument("--mtu", type=int, default=DEFAULT_MTU,
                    help=f"MTU of every link, host and switch ends (default {DEFAULT_MTU}; 9000: jumbo frames)")
     p.add_argument("--build-dir", type=output_dir, default=Path("build"),
@@ -90,11 +92,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.slow and args.target != "p4sim":
         parser.error(f"--slow slows p4sim down to BMv2's figures; --target {args.target} runs at its own speed")
-    if args.flat and args.topo != "leaf-spine":
+    if args.flat and args.topo == "star":
         parser.error("--flat chooses how a leaf-spine sums its job; a star has one switch")
-    if args.elements_per_packet is not None and (problem := elements_per_packet_problem(args.elements_per_packet,
-                                                                                        args.mtu)):
-        parser.error(f"--elements-per-packet: {problem}")
+    settle_elements_per_packet(parser, args)
     try:
         topo = build_topology(args)
         impairment = (Impairment(args.loss, args.duplicate, args.reorder)
@@ -141,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
 def build_topology(args: argparse.Namespace) -> Topology:
     if args.topo == "leaf-spine":
         return leaf_spine(args.leaves, args.spines, args.hosts, hierarchical=not args.flat, mtu=args.mtu)
+    if args.topo == "three-tier":
+        return three_tier(args.pods, args.leaves, args.hosts, hierarchical=not args.flat, mtu=args.mtu)
     return star(args.hosts, mtu=args.mtu)
 
 

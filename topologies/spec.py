@@ -1,6 +1,6 @@
 """The topology description: hosts, switches, links and AllReduce jobs, as JSON.
 
-`star` and `leaf_spine` build it; `Topology.load`/`dump` read and write the JSON file
+`star`, `leaf_spine` and `three_tier` build it; `Topology.load`/`dump` read and write the JSON file
 that the fabric runner writes and the controller reads (the P4 tutorials' format).
 """
 from __future__ import annotations
@@ -224,6 +224,40 @@ def leaf_spine(leaves: int, spines: int, hosts_per_leaf: int, *, grpc_port: int 
     """
     if leaves < 1 or spines < 1 or hosts_per_leaf < 1 or leaves > 250 or hosts_per_leaf > 250:
         raise TopologyError("a leaf-spine needs 1..250 leaves, at least one spine and 1..250 hosts per leaf")
+    hosts, links = _leaf_hosts(leaves, hosts_per_leaf)
+    for k in range(1, spines + 1):
+        spine = f"s{leaves + k}"
+        for leaf in range(1, leaves + 1):
+            links.append(LinkSpec(Endpoint(f"s{leaf}", hosts_per_leaf + k), Endpoint(spine, leaf)))
+    switches = _switches(leaves + spines, grpc_port, thrift_port)
+    return Topology(hosts, switches, links, [JobSpec(job_id, tuple(hosts), hierarchical)], mtu=mtu)
+
+
+def three_tier(pods: int, leaves_per_pod: int, hosts_per_leaf: int, *, grpc_port: int = GRPC_BASE_PORT,
+               thrift_port: int = THRIFT_BASE_PORT, job_id: int = 1, hierarchical: bool = True,
+               mtu: int = DEFAULT_MTU) -> Topology:
+    """Leaves, one aggregation switch per pod of leaves, and one core: leaves s1..sL (pod p holds
+    leaves (p-1)*LP+1..p*LP), aggregation switches after them, the core last. Hosts as in
+    `leaf_spine`. A leaf's hosts are on ports 1..H and its uplink on H+1; an aggregation
+    switch's port k goes to its pod's k-th leaf and port LP+1 to the core; the core's port p to
+    pod p. One job of every host, summed on three levels (`hierarchical`) or by the core alone."""
+    if pods < 1 or leaves_per_pod < 1 or pods * leaves_per_pod > 250 or not 1 <= hosts_per_leaf <= 250:
+        raise TopologyError("a three-tier fabric needs pods and leaves per pod (1..250 leaves in all) "
+                            "and 1..250 hosts per leaf")
+    n_leaves = pods * leaves_per_pod
+    hosts, links = _leaf_hosts(n_leaves, hosts_per_leaf)
+    core = f"s{n_leaves + pods + 1}"
+    for pod in range(1, pods + 1):
+        agg = f"s{n_leaves + pod}"
+        for k in range(1, leaves_per_pod + 1):
+            links.append(LinkSpec(Endpoint(f"s{(pod - 1) * leaves_per_pod + k}", hosts_per_leaf + 1), Endpoint(agg, k)))
+        links.append(LinkSpec(Endpoint(agg, leaves_per_pod + 1), Endpoint(core, pod)))
+    switches = _switches(n_leaves + pods + 1, grpc_port, thrift_port)
+    return Topology(hosts, switches, links, [JobSpec(job_id, tuple(hosts), hierarchical)], mtu=mtu)
+
+
+def _leaf_hosts(leaves: int, hosts_per_leaf: int) -> tuple[dict[str, HostSpec], list[LinkSpec]]:
+    """Leaf l's host j is 10.0.l.j/24 on its port j, routing through the leaf's gateway."""
     hosts: dict[str, HostSpec] = {}
     links: list[LinkSpec] = []
     for leaf in range(1, leaves + 1):
@@ -235,13 +269,13 @@ def leaf_spine(leaves: int, spines: int, hosts_per_leaf: int, *, grpc_port: int 
                 f"ip neigh replace {gw_ip} lladdr {gw_mac} dev {intf}",
                 f"ip route replace default via {gw_ip} dev {intf}"))
             links.append(LinkSpec(Endpoint(name), Endpoint(f"s{leaf}", j)))
-    for k in range(1, spines + 1):
-        spine = f"s{leaves + k}"
-        for leaf in range(1, leaves + 1):
-            links.append(LinkSpec(Endpoint(f"s{leaf}", hosts_per_leaf + k), Endpoint(spine, leaf)))
-    switches = {f"s{i}": SwitchSpec(f"s{i}", i - 1, f"127.0.0.1:{grpc_port + i - 1}", thrift_port + i - 1)
-                for i in range(1, leaves + spines + 1)}
-    return Topology(hosts, switches, links, [JobSpec(job_id, tuple(hosts), hierarchical)], mtu=mtu)
+    return hosts, links
+
+
+def _switches(count: int, grpc_port: int, thrift_port: int) -> dict[str, SwitchSpec]:
+    """s1..sN on consecutive gRPC and Thrift ports from the bases."""
+    return {f"s{i}": SwitchSpec(f"s{i}", i - 1, f"127.0.0.1:{grpc_port + i - 1}", thrift_port + i - 1)
+            for i in range(1, count + 1)}
 
 
 def _flag(value: object) -> bool:

@@ -27,8 +27,7 @@ from tqdm import tqdm
 
 from bench.environment import describe_environment
 from bench.mpi import ROOT_ENV, mpi_missing, mpirun_command, write_launcher
-from hosts.args import unwritable
-from protocol import elements_per_packet_problem
+from hosts.args import settle_elements_per_packet, unwritable
 from topologies.fabric import Fabric, FabricError, FabricOptions
 from topologies.pieces import (DEFAULT_PROGRAM, PieceError, clear_job_slots, compile_program, job_elements_per_packet,
                                setup_controller)
@@ -238,7 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--mtu", type=int, default=DEFAULT_MTU,
                    help=f"MTU of every link, for all backends (default {DEFAULT_MTU}; 9000: jumbo frames)")
     p.add_argument("--elements-per-packet", type=int, metavar="K",
-                   help="build the switch program with K elements per packet (default: the program's, 32)")
+                   help="build the switch program with K elements per packet (default: the target's recommended "
+                        "K, 256 on p4sim and 64 on BMv2)")
     p.add_argument("--retransmit-ms", type=float, default=50.0,
                    help="the ring: milliseconds before a packet is sent again (default 50, as make bench; INC adapts its own)")
     p.add_argument("--run-timeout", type=float, default=300.0, help="give up on a run that reports no token "
@@ -260,9 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     for path in (args.out, args.out.with_suffix(".png")):
         if (why := unwritable(path)) is not None:
             p.error(why)
-    if args.elements_per_packet is not None and (problem := elements_per_packet_problem(args.elements_per_packet,
-                                                                                        args.mtu)):
-        p.error(f"--elements-per-packet: {problem}")
+    settle_elements_per_packet(p, args)
     backends = tuple(b for b in ("inc", *BASELINES[args.impl]) if b in (args.backends or BACKENDS))
     if (wrong := sorted(set(args.backends or ()) - set(backends))):
         p.error(f"--impl {args.impl} runs {', '.join(('inc', *BASELINES[args.impl]))}, not {', '.join(wrong)}")

@@ -277,7 +277,8 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
             self.pipeline = pipe
             self.entities.digest_config.clear()
             self._notified.clear()
-        log.info("pipeline committed: %s (%d tables)", pipe.program.info.source_file, len(pipe.tables))
+        log.info("pipeline committed: %s (%d tables), on the %s backend", pipe.program.info.source_file,
+                 len(pipe.tables), getattr(self.switch, "backend", "python"))
 
     def _reconcile(self, new: Pipeline) -> None:
         """Keep the forwarding state across the change where the new P4Info allows it, as

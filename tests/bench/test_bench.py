@@ -75,7 +75,7 @@ def test_bench_in_mininet_writes_checked_runs_for_inc_ring_and_mpi(tmp_path, fab
     out = tmp_path / "bench.json"
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
     proc = subprocess.run([sys.executable, "-m", "bench", "--workers", "2", "--sizes", "256,131072",
-                           "--reps", "2", "--reps-large", "1", "-o", str(out)], cwd=REPO, capture_output=True,
+                           "--reps", "2", "--reps-large", "1", "--elements-per-packet", "32", "-o", str(out)], cwd=REPO, capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads(out.read_text())
@@ -86,6 +86,11 @@ def test_bench_in_mininet_writes_checked_runs_for_inc_ring_and_mpi(tmp_path, fab
     # The ring's own counts come back per point: 2(N-1) x chunks data packets per call, over both workers.
     ring = {r["bytes"]: r["agent_totals"] for r in runs if r["algorithm"] == "ring"}
     assert ring[256]["chunks"] == 2 * 2 * 2 and ring[131072]["chunks"] == 2 * 1024
+    # INC's are the timed call's (not the one-element barriers around it): K-element chunks per
+    # worker per call, here 2 per 256 B and 1024 per 128 KiB, over both workers and the repetitions.
+    inc = {r["bytes"]: r["agent_totals"] for r in runs if r["algorithm"] == "inc"}
+    assert inc[256]["chunks"] == 2 * 2 * 2 and inc[131072]["chunks"] == 2 * 1024
+    assert inc[131072]["elements"] == 2 * 32768 and result["config"]["elements_per_packet"] == 32
     # Every point records the CPU all workers' processes spent per call (MPI's ranks too).
     assert all(len(r["cpu_s"]) == len(r["times_s"]) and r["cpu_per_call_s"] > 0 for r in runs)
     assert result["environment"]["versions"]["p4inc"] == head.stdout.strip()

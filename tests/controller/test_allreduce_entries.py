@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from controller.allreduce import (AGG_IP, AGG_MAC, BROADCAST, FLOOD_GROUP, INC_PORT, JOB_GROUP_BASE, JOB_LEAF,
-                                  forwarding_entries, job_entries, jobs_on_switch)
+                                  UP_GROUP, forwarding_entries, job_entries, jobs_on_switch)
 from controller.entries import MulticastGroup, Replica, TableEntry
 from controller.errors import ControllerError
 from topologies.spec import Endpoint, HostSpec, JobSpec, LinkSpec, SwitchSpec, Topology, leaf_spine, star
@@ -38,7 +38,7 @@ def test_star_job_gets_whole_pool_and_one_worker_entry_per_port():
     (job,), forwarded = jobs_on_switch(star(4), "s1", POOL)
     assert forwarded == []
     assert (job.job_id, job.slot_base, job.num_slots) == (1, 0, POOL)
-    entries, group = job_entries(job)
+    entries, (group,) = job_entries(job)
     expected = [TableEntry("MyIngress.inc_job", "MyIngress.set_job",
                            {"num_workers": 4, "mcast_grp": JOB_GROUP_BASE + 1, "slot_base": 0, "num_slots": POOL},
                            {"hdr.inc.job_id": 1})]
@@ -81,7 +81,7 @@ def test_flat_leaf_spine_job_is_aggregated_at_the_spine_and_passed_on_by_leaves(
     (job,), forwarded = jobs_on_switch(topo, "s3", POOL)
     assert forwarded == []
     assert [(w.host, w.port) for w in job.workers] == [("h1", 1), ("h2", 1), ("h3", 2), ("h4", 2)]
-    _, group = job_entries(job)
+    _, (group,) = job_entries(job)
     assert group.replicas == (Replica(1, 0), Replica(1, 1), Replica(2, 2), Replica(2, 3))
     for leaf in ("s1", "s2"):
         jobs, (fwd,) = jobs_on_switch(topo, leaf, POOL)
@@ -95,7 +95,7 @@ def test_hierarchical_leaf_spine_job_is_summed_by_each_leaf_and_by_the_spine_ove
     # The spine's members are the leaves, ids 4 and 5 after the 4 workers', at the aggregator's address.
     assert [(w.worker_id, w.host, w.port, w.mac, w.ip) for w in spine.members] == [
         (4, "s1", 1, AGG_MAC, AGG_IP), (5, "s2", 2, AGG_MAC, AGG_IP)]
-    entries, group = job_entries(spine)
+    entries, (group,) = job_entries(spine)
     assert entries[0].action_params["num_workers"] == 2
     assert group.replicas == (Replica(1, 4), Replica(2, 5))
     for k, leaf in enumerate(("s1", "s2")):
@@ -104,9 +104,11 @@ def test_hierarchical_leaf_spine_job_is_summed_by_each_leaf_and_by_the_spine_ove
         assert [(w.worker_id, w.host, w.port) for w in job.workers] == [(2 * k, f"h{2 * k + 1}", 1),
                                                                        (2 * k + 1, f"h{2 * k + 2}", 2)]
         assert (job.uplink.worker_id, job.uplink.host, job.uplink.port, job.uplink.ip) == (4 + k, "s3", 3, AGG_IP)
-        entries, group = job_entries(job)
+        entries, (down, up) = job_entries(job)
         assert entries[0].action_params["num_workers"] == 2 | JOB_LEAF
-        assert group.replicas == (Replica(1, 2 * k), Replica(2, 2 * k + 1), Replica(3, 4 + k))
+        # One group per direction: results down to the leaf's workers, partials up to the spine.
+        assert down == MulticastGroup(JOB_GROUP_BASE + 1, (Replica(1, 2 * k), Replica(2, 2 * k + 1)))
+        assert up == MulticastGroup((JOB_GROUP_BASE + 1) | UP_GROUP, (Replica(3, 4 + k),))
         admitted = {(e.match["hdr.inc.worker_id"], e.match["standard_metadata.ingress_port"])
                     for e in entries if e.table == "MyIngress.inc_worker"}
         assert admitted == {(2 * k, 1), (2 * k + 1, 2), (4 + k, 3)}
@@ -126,20 +128,36 @@ def test_hierarchical_jobs_the_program_cannot_sum_are_refused_with_the_way_out()
     # A worker on the spine, which would sum it with the leaves' partials.
     topo = Topology({**base.hosts, "h9": h9}, base.switches, [*base.links, LinkSpec(Endpoint("h9"), Endpoint("s3", 9))],
                     [JobSpec(1, ("h1", "h3", "h9"), hierarchical=True)])
-    with pytest.raises(ControllerError, match="h9|cabled to s3, which sums the leaves.*make the job flat"):
+    with pytest.raises(ControllerError, match="cabled to s3, which sums the switches below.*make the job flat"):
         jobs_on_switch(topo, "s1", POOL)
-    # A switch s4 behind leaf s1: the switch closest to s2 and s4 is s1, two hops from s2.
+    # 31 workers under 3 leaves: 34 ids.
+    big = leaf_spine(3, 1, 11)
+    topo = Topology(big.hosts, big.switches, big.links, [JobSpec(1, tuple(big.hosts)[:31], hierarchical=True)])
+    with pytest.raises(ControllerError, match="31 workers and 3 switches below s4 need more than 32 ids.*make the job flat"):
+        jobs_on_switch(topo, "s4", POOL)
+
+
+def test_a_leaf_two_hops_below_the_root_is_summed_through_a_middle_tier():
+    """Switch s4 behind leaf s1: the job of h3 (under s2) and h9 (under s4) is rooted at s1
+    (two hops from both ends, first by name); s3 between s2 and s1 sums s2's partial and
+    sends its own up, as a leaf does, and passes s1's result down as a partial."""
+    base = leaf_spine(2, 1, 2)   # s1, s2 leaves; s3 spine
+    h9 = HostSpec("h9", "10.0.9.1/24", "08:00:00:00:09:01")
     s4 = SwitchSpec("s4", 3, "127.0.0.1:50099", 9099)
     topo = Topology({**base.hosts, "h9": h9}, {**base.switches, "s4": s4},
                     [*base.links, LinkSpec(Endpoint("s4", 1), Endpoint("s1", 9)), LinkSpec(Endpoint("h9"), Endpoint("s4", 2))],
                     [JobSpec(1, ("h3", "h9"), hierarchical=True)])
-    with pytest.raises(ControllerError, match="s2 are not one hop from s1, which sums the leaves.*make the job flat"):
-        jobs_on_switch(topo, "s3", POOL)
-    # 31 workers under 3 leaves: 34 ids.
-    big = leaf_spine(3, 1, 11)
-    topo = Topology(big.hosts, big.switches, big.links, [JobSpec(1, tuple(big.hosts)[:31], hierarchical=True)])
-    with pytest.raises(ControllerError, match="31 workers and 3 leaves need more than 32 ids.*make the job flat"):
-        jobs_on_switch(topo, "s4", POOL)
+    members = {}
+    for switch in ("s1", "s2", "s3", "s4"):
+        (job,), forwarded = jobs_on_switch(topo, switch, POOL)
+        assert forwarded == []
+        members[switch] = ([(w.worker_id, w.host, w.port) for w in job.workers],
+                           job.uplink and (job.uplink.worker_id, job.uplink.host, job.uplink.port))
+    # Ids after the 2 workers', in name order of the switches below the root: s2 2, s3 3, s4 4.
+    assert members == {"s1": ([(3, "s3", 3), (4, "s4", 9)], None),
+                       "s2": ([(0, "h3", 1)], (2, "s3", 3)),
+                       "s3": ([(2, "s2", 2)], (3, "s1", 1)),
+                       "s4": ([(1, "h9", 2)], (4, "s1", 1))}
 
 
 def test_leaf_routes_only_other_subnets_and_spine_routes_every_host():

@@ -14,10 +14,12 @@ import pytest
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
+from controller.allreduce import JOB_GROUP_BASE
 from hosts.inc import (AGG_IP, FLAG_PARTIAL, FLAG_RESENT, INC_K, INC_PORT, OP_CONTRIB, OP_RESULT, REDUCE_MAX,
                        Inc)
+from protocol import UP_GROUP
 from tests.controller.test_dataplane import GATEWAY_MAC, Fabric, make_fabric  # noqa: F401 - a fixture
-from topologies.spec import Topology, leaf_spine
+from topologies.spec import Topology, leaf_spine, three_tier
 
 WORKERS = ("h1", "h2", "h3", "h4")
 LEAF_OF = {"h1": "s1", "h2": "s1", "h3": "s2", "h4": "s2"}
@@ -84,6 +86,33 @@ def test_each_leaf_sends_one_partial_per_slot_and_the_spine_counts_the_leaves_no
         assert counter(fabric, leaf, "contributions") == 2 * rounds       # its own workers
         assert counter(fabric, leaf, "results_multicast") == 2 * rounds   # a partial up, a result down
         assert counter(fabric, leaf, "forwarded_to_aggregator") == 0
+
+
+def test_a_leaf_replicates_each_way_through_its_own_group_so_no_copy_is_made_to_be_dropped(fabric):
+    """A leaf's job group holds its workers only (results down), the group | UP_GROUP its uplink
+    only (partials up): a round costs the leaf one egress pass per packet it sends, none that
+    egress would drop. What the switch holds, and what a round then sends each way."""
+    for k, leaf in enumerate(("s1", "s2")):
+        groups = fabric.switches[leaf].state.multicast_groups
+        assert sorted(groups[JOB_GROUP_BASE + 1]) == [(1, 2 * k), (2, 2 * k + 1)]
+        assert list(groups[(JOB_GROUP_BASE + 1) | UP_GROUP]) == [(UPLINK, LEAF_MEMBER[leaf])]
+    ups: Arrivals = []
+
+    def catch_partials(switch: str, port: int, out: bytes) -> bool:
+        if switch in LEAF_MEMBER and port == UPLINK:
+            ups.append((switch, out))
+            return True
+        return False
+    data = inputs(4)
+    assert send_round(fabric, data, lose=catch_partials) == []
+    # Each leaf sent exactly one partial up, its workers' sum, and nothing else went anywhere.
+    assert sorted(s for s, _ in ups) == ["s1", "s2"]
+    for leaf, out in ups:
+        pkt = Ether(out)[Inc]
+        mine = [h for h in WORKERS if LEAF_OF[h] == leaf]
+        assert (pkt.opcode, pkt.worker_id, int(pkt.flags) & FLAG_PARTIAL) == (OP_CONTRIB, LEAF_MEMBER[leaf],
+                                                                              FLAG_PARTIAL)
+        assert pkt.elements == np.sum([data[h] for h in mine], axis=0, dtype=np.int32).tolist()
 
 
 def test_the_partial_goes_up_as_the_leafs_contribution_and_the_result_comes_down_to_the_leaf(fabric):
@@ -173,3 +202,57 @@ def test_a_worker_cannot_pose_as_the_spine(fabric):
     assert fabric.send("h3", contribution(fabric, "h3", data["h3"])) == []
     assert fabric.send("h4", contribution(fabric, "h4", data["h4"])) == []
     check_results(fabric.send("h1", contribution(fabric, "h1", data["h1"])), set(WORKERS), total(data))
+
+
+# Three tiers: leaves s1, s2 (pod 1, under s5) and s3, s4 (pod 2, under s6), core s7; workers
+# h1..h8, two per leaf. The switches below the core are its members 8..13 in name order.
+TIERS = three_tier(2, 2, 2)
+TIER_WORKERS = tuple(TIERS.hosts)
+
+
+def tier_contribution(host: str, elements: np.ndarray, seq: int = 0) -> bytes:
+    h = TIERS.hosts[host]
+    return bytes(Ether(src=h.mac, dst=GATEWAY_MAC) / IP(src=h.address, dst=AGG_IP) / UDP(sport=INC_PORT, dport=INC_PORT)
+                 / Inc(job_id=1, worker_id=TIER_WORKERS.index(host), slot=seq % 4, seq=seq, elements=elements.tolist()))
+
+
+def tier_round(fabric: Fabric, data: dict[str, np.ndarray], lose: Callable[[str, int, bytes], bool] | None = None
+               ) -> Arrivals:
+    for host in TIER_WORKERS[:-1]:
+        assert fabric.send(host, tier_contribution(host, data[host]), lose) == []
+    return fabric.send(TIER_WORKERS[-1], tier_contribution(TIER_WORKERS[-1], data[TIER_WORKERS[-1]]), lose)
+
+
+def check_tier_results(arrivals: Arrivals, hosts: set[str], expected: np.ndarray, flags: int = 0) -> None:
+    assert sorted(h for h, _ in arrivals) == sorted(hosts)
+    for host, data in arrivals:
+        pkt = Ether(data)
+        assert (pkt[IP].dst, pkt[Inc].opcode, pkt[Inc].worker_id) == (TIERS.hosts[host].address, OP_RESULT,
+                                                                      TIER_WORKERS.index(host))
+        assert int(pkt[Inc].flags) == flags and pkt[Inc].elements == expected.tolist()
+
+
+@pytest.fixture
+def tiers(make_fabric: Callable[[Topology], Fabric]) -> Fabric:
+    return make_fabric(TIERS)
+
+
+def test_three_tiers_each_switch_sums_what_is_below_it_and_every_worker_gets_the_total(tiers):
+    rng = np.random.default_rng(8)
+    data = {h: rng.integers(-2**20, 2**20, INC_K, dtype=np.int32) for h in TIER_WORKERS}
+    check_tier_results(tier_round(tiers, data), set(TIER_WORKERS), total(data))
+    # Per slot each switch counts its two children: workers on a leaf, partials above.
+    assert {s: counter(tiers, s, "contributions") for s in TIERS.switches} == dict.fromkeys(TIERS.switches, 2)
+
+
+def test_three_tiers_a_result_lost_below_the_core_is_asked_for_again_through_the_middle_tier(tiers):
+    rng = np.random.default_rng(9)
+    data = {h: rng.integers(-2**20, 2**20, INC_K, dtype=np.int32) for h in TIER_WORKERS}
+    arrived = tier_round(tiers, data, lose=lambda sw, port, out: (sw, port) == ("s7", 1))     # core to pod 1
+    pod1 = {"h1", "h2", "h3", "h4"}
+    check_tier_results(arrived, set(TIER_WORKERS) - pod1, total(data))
+    # h1 sends its chunk again: s1 sends its partial up again, s5 asks the core, the core answers
+    # from its stored result, and s5 and the leaves below it hand it down to all of pod 1.
+    check_tier_results(tiers.send("h1", tier_contribution("h1", data["h1"])), pod1, total(data), flags=FLAG_RESENT)
+    assert [counter(tiers, s, "results_resent") for s in ("s1", "s5", "s7")] == [1, 1, 1]
+    assert counter(tiers, "s7", "contributions") == 2

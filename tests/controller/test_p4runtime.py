@@ -68,7 +68,7 @@ def test_star_forwarding_reads_back_as_the_topology_implies(switch, pipeline, to
 def test_job_entries_and_multicast_group_read_back(switch, pipeline, topo):
     setup_switch(switch, topo, pipeline)
     (job,), _ = jobs_on_switch(topo, "s1", POOL)
-    want, group = job_entries(job)
+    want, (group,) = job_entries(job)
     tables = ["MyIngress.inc_job", "MyIngress.inc_worker", "MyEgress.inc_worker_addr"]
     assert table_state(switch, tables) == expected(switch, want)
     got = read_multicast_groups(switch)[group.multicast_group_id]

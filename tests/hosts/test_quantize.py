@@ -92,9 +92,11 @@ def test_the_quantizer_is_the_documented_rounding_bit_for_bit(dtype: np.dtype, d
     n = data.draw(st.integers(1, 32))
     values = as_fractions(rows)
     local = [oracle_exponent(row) for row in values]
-    assert quantize.chunk_exponents(rows.astype(np.float64)).tolist() == local
+    found = quantize.chunk_exponents(rows.astype(np.float64))
+    assert found.tolist() == local and found.dtype.kind == "i"
     exponents = [max(-128, min(127, e + data.draw(st.integers(-2, 5)))) for e in local]
     q, fits = quantize.quantize(rows.astype(np.float64), np.array(exponents), n)
+    assert q.dtype == np.int32
     s = [30 - math.ceil(math.log2(n)) - e for e in exponents]
     for c, row in enumerate(values):
         fit = local[c] <= exponents[c] and local[c] < 128
@@ -104,3 +106,21 @@ def test_the_quantizer_is_the_documented_rounding_bit_for_bit(dtype: np.dtype, d
     got = quantize.dequantize(sums, np.array(exponents), n)
     assert [[Fraction(float(v)) for v in row] for row in got] == \
         [[Fraction(int(v)) / Fraction(2) ** s[c] for v in row] for c, row in enumerate(sums)]
+
+
+def test_values_beyond_float32_get_the_exponent_of_inf() -> None:
+    """Float64 rows (the agent widens its chunks) above 2^128 cannot be sent, as inf cannot."""
+    rows = np.array([[2.0**128, 0.0], [1e300, 1.0], [-(2.0**127), 0.0]])
+    assert quantize.chunk_exponents(rows).tolist() == [128, 128, 128]
+    assert quantize.quantize(rows, np.array([127, 127, 127]), 2)[1].tolist() == [False, False, False]
+
+
+def test_exponents_read_off_the_wire_as_int8_scale_in_full() -> None:
+    """s = 30 - L - E for every int8 E: 158 at E = -128 does not wrap around in int8."""
+    exponents = np.array([-128, -1, 0, 127], np.int8)
+    assert quantize.scale_bits(exponents, 1).tolist() == [158, 31, 30, -97]
+    assert quantize.scale_bits(exponents, 5).tolist() == [155, 28, 27, -100]
+    sums = np.array([[1], [-1], [2**30 - 1], [3]], np.int32)
+    got = quantize.dequantize(sums, exponents, 1)
+    assert [Fraction(float(v)) for v in got[:, 0]] == [Fraction(1, 2**158), Fraction(-1, 2**31),
+                                                        Fraction(2**30 - 1, 2**30), Fraction(3 * 2**97)]

@@ -20,7 +20,7 @@ from topologies import fabric as fabric_module
 from topologies.fabric import Fabric, FabricOptions, Impairment
 from topologies.pieces import (DEFAULT_PROGRAM, WorkerResult, clear_job_slots, compile_program,
                                job_elements_per_packet, read_counters, run_allreduce, run_matrix, setup_controller)
-from topologies.spec import DEFAULT_MTU, JobSpec, Topology, leaf_spine, star
+from topologies.spec import DEFAULT_MTU, JobSpec, Topology, leaf_spine, star, three_tier
 from topologies.switches import P4RuntimeSwitch, TargetArgs
 
 StarFactory = Callable[..., Fabric]
@@ -40,8 +40,8 @@ def fabrics(base_dir: Path) -> Iterator[StarFactory]:
 
     def make(n_hosts: int, *, impairment: Impairment | None = None, target: str = "p4sim",
              slow: str | None = None, leaves: int = 0, flat: bool = False, job_sizes: tuple[int, ...] = (),
-             mtu: int = DEFAULT_MTU) -> Fabric:
-        topo = shape(n_hosts, leaves, flat, mtu)
+             mtu: int = DEFAULT_MTU, pods: int = 0) -> Fabric:
+        topo = shape(n_hosts, leaves, flat, mtu, pods)
         if job_sizes:       # one job per size k, of the first k hosts (its id k), instead of one of all
             topo = Topology(topo.hosts, topo.switches, topo.links,
                             [JobSpec(k, tuple(list(topo.hosts)[:k])) for k in job_sizes], mtu=topo.mtu)
@@ -61,16 +61,20 @@ def fabrics(base_dir: Path) -> Iterator[StarFactory]:
     assert not leaked, f"the fabric left these behind: {leaked}"
 
 
-def shape(n_hosts: int, leaves: int, flat: bool = False, mtu: int = DEFAULT_MTU) -> Topology:
+def shape(n_hosts: int, leaves: int, flat: bool = False, mtu: int = DEFAULT_MTU, pods: int = 0) -> Topology:
     """A star of `n_hosts`, or (`leaves` > 0) a leaf-spine of that many leaves of `n_hosts`
-    each under one spine (its job summed by the spine alone if `flat`, else on both levels);
-    every switch on free gRPC and Thrift ports, every link of `mtu`."""
+    each under one spine (its job summed by the spine alone if `flat`, else on both levels),
+    or (`pods` > 0 too) a three-tier fabric of that many pods of `leaves` leaves (summed on
+    three levels unless `flat`); every switch on free gRPC and Thrift ports, every link of `mtu`."""
     if not leaves:
         return star(n_hosts, grpc_port=free_port(), thrift_port=free_port(), mtu=mtu)
-    # leaf_spine numbers its switches' ports up from the base: find a free run of them.
-    base = free_run(leaves + 1)
-    return leaf_spine(leaves, 1, n_hosts, grpc_port=base, thrift_port=free_run(leaves + 1, avoid=base),
-                      hierarchical=not flat, mtu=mtu)
+    # The builders number their switches' ports up from the base: find a free run of them.
+    switches = pods * leaves + pods + 1 if pods else leaves + 1
+    base = free_run(switches)
+    ports = {"grpc_port": base, "thrift_port": free_run(switches, avoid=base), "hierarchical": not flat, "mtu": mtu}
+    if pods:
+        return three_tier(pods, leaves, n_hosts, **ports)
+    return leaf_spine(leaves, 1, n_hosts, **ports)
 
 
 def free_run(length: int, avoid: int | None = None) -> int:
@@ -154,15 +158,17 @@ class IncStar:
 @contextmanager
 def inc_fabric(base: Path, n_hosts: int, target: str, slow: str | None = None, leaves: int = 0,
                flat: bool = False, job_sizes: tuple[int, ...] = (), elements_per_packet: int | None = None,
-               mtu: int = DEFAULT_MTU) -> Iterator[IncStar]:
+               mtu: int = DEFAULT_MTU, pods: int = 0) -> Iterator[IncStar]:
     """Compile allreduce.p4 for `target` (with `elements_per_packet` as its K, if given), start
-    a star on it (or a leaf-spine of `leaves` leaves of `n_hosts`; p4sim slowed to the `slow`
+    a star on it (or a leaf-spine of `leaves` leaves of `n_hosts`, or with `pods` a three-tier
+    fabric of that many pods of `leaves` leaves; p4sim slowed to the `slow`
     preset, if given; `job_sizes`: a job of the first k hosts for each k, not one of all; links
     of `mtu`), let the controller set it up and run the hosts' commands (a leaf-spine's hosts
     route through their leaf)."""
     program = compile_program(target, DEFAULT_PROGRAM, base / "program", elements_per_packet)
     with fabrics(base) as make:
-        fabric = make(n_hosts, target=target, slow=slow, leaves=leaves, flat=flat, job_sizes=job_sizes, mtu=mtu)
+        fabric = make(n_hosts, target=target, slow=slow, leaves=leaves, flat=flat, job_sizes=job_sizes, mtu=mtu,
+                      pods=pods)
         setup_controller(fabric.options.topology_path, base / "program", program, target)
         fabric.run_host_commands()
         yield IncStar(fabric, base / "tensors")

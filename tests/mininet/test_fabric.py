@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -141,6 +142,9 @@ def test_workers_on_a_fabric_killed_under_them_end_within_seconds(star_fabric, d
     """As `mn -c` kills them: SIGKILL to the node shells, switch veths deleted; no `make stop` says so."""
     fabric = star_fabric(2)
     shells = [node.pid for node in fabric.net.hosts + fabric.net.switches]
+    # No controller here: record the K one would have in the job, as the runner reads it first.
+    replace(fabric.topo, jobs=[replace(job, elements_per_packet=32) for job in fabric.topo.jobs]).dump(
+        fabric.options.topology_path)
 
     def kill() -> None:
         for pid in shells:

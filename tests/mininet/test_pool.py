@@ -13,6 +13,7 @@ import logging
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -24,11 +25,11 @@ from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
 from controller.switch import Pipeline
 from hosts.inc import INC_K
-from tests.mininet.conftest import free_port
+from tests.mininet.conftest import free_port, free_run
 from topologies.fabric import Fabric, FabricOptions
 from topologies.pieces import DEFAULT_PROGRAM, compile_program
 from topologies.procs import end_child
-from topologies.spec import star
+from topologies.spec import Topology, leaf_spine, star
 from topologies.switches import REPO_ROOT
 
 pytestmark = pytest.mark.mininet
@@ -36,6 +37,7 @@ log = logging.getLogger(__name__)
 
 WINDOW = 16
 POOL_SLOTS = 2 * WINDOW          # room for two jobs
+CONTRIBUTIONS = "MyIngress.contributions"
 HANG_GUARD_S = 600.0
 # The same tests on BMv2 where it is installed (skipped with the reason otherwise).
 TARGETS = ["p4sim", pytest.param("bmv2", marks=pytest.mark.bmv2)]
@@ -43,20 +45,22 @@ TARGETS = ["p4sim", pytest.param("bmv2", marks=pytest.mark.bmv2)]
 
 @dataclass
 class PoolStar:
-    """A star of 6 hosts and the pool controller serving it."""
+    """A fabric (a star of 6 hosts here; tests/mininet/test_trees.py: a leaf-spine) and the pool
+    controller serving it."""
     fabric: Fabric
     program_dir: Path
     work_dir: Path
     address: str
     controller_log: Path
 
-    def switch_counter(self, name: str) -> int:
-        """A counter of s1, read over P4Runtime without arbitration (the pool controller stays primary)."""
+    def switch_counter(self, name: str, switch: str = "s1") -> int:
+        """A counter of `switch`, read over P4Runtime without arbitration (the pool controller stays primary)."""
         pipeline = Pipeline.from_build(self.program_dir, "allreduce")
         (counter_id,) = [c.preamble.id for c in pipeline.p4info.counters if c.preamble.name == name]
-        request = p4runtime_pb2.ReadRequest(device_id=0)
+        spec = self.fabric.topo.switches[switch]
+        request = p4runtime_pb2.ReadRequest(device_id=spec.device_id)
         request.entities.add().counter_entry.counter_id = counter_id
-        with grpc.insecure_channel(self.fabric.topo.switches["s1"].grpc_addr) as channel:
+        with grpc.insecure_channel(spec.grpc_addr) as channel:
             responses = p4runtime_pb2_grpc.P4RuntimeStub(channel).Read(request, timeout=30)
             return sum(e.counter_entry.data.packet_count for r in responses for e in r.entities)
 
@@ -107,31 +111,62 @@ class PoolStar:
 def pool_star(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[PoolStar]:
     """Per test, on the target `request.param`: the switch-kill test leaves a new switch
     process, stopped with its fabric."""
-    target = request.param
-    program_dir = tmp_path / "program"
+    with serve_pool(dataclasses.replace(star(6, grpc_port=free_port(), thrift_port=free_port()), jobs=[]),
+                    request.param, tmp_path) as net:
+        yield net
+
+
+@contextmanager
+def serve_pool(topo: Topology, target: str, base: Path, slots: int = POOL_SLOTS) -> Iterator[PoolStar]:
+    """The fabric of `topo` (no jobs of its own) on `target`, its hosts' commands run, and
+    `python -m controller pool` serving `slots` slots of each switch; all stopped on the way out."""
+    program_dir = base / "program"
     compile_program(target, DEFAULT_PROGRAM, program_dir)
-    topo = dataclasses.replace(star(6, grpc_port=free_port(), thrift_port=free_port()), jobs=[])
-    fabric = Fabric(topo, FabricOptions(target=target, build_dir=tmp_path / "fabric"))
+    fabric = Fabric(topo, FabricOptions(target=target, build_dir=base / "fabric"))
     controller = None
     try:
         fabric.start()
-        net = PoolStar(fabric, program_dir, tmp_path / "work", f"unix:{tmp_path / 'pool.sock'}",
-                       tmp_path / "pool.log")
+        fabric.run_host_commands()
+        net = PoolStar(fabric, program_dir, base / "work", f"unix:{base / 'pool.sock'}", base / "pool.log")
         net.work_dir.mkdir()
         with net.controller_log.open("wb") as log_file:
             controller = subprocess.Popen(
                 [sys.executable, "-m", "controller", "pool", "--topo", str(fabric.options.topology_path),
                  "--target", target, "--build-dir", str(program_dir), "--program", "allreduce",
-                 "--listen", net.address, "--slots", str(POOL_SLOTS), "--poll", "0.2"],
+                 "--listen", net.address, "--slots", str(slots), "--poll", "0.2"],
                 cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=log_file)
         net.wait_for_log("serving the slot pool at")
         yield net
     finally:
         if controller is not None:
-            controller.terminate()
-            controller.wait(timeout=60)
+            end_child(controller)
         fabric.stop()
     assert not fabric.left_behind, f"the fabric left these behind: {fabric.left_behind}"
+
+
+@contextmanager
+def tree_pool(base: Path) -> Iterator[PoolStar]:
+    """A leaf-spine on p4sim, leaves s1 (h1-h3) and s2 (h4-h6) under spines s3 and s4, with no jobs of
+    its own, and the pool controller serving it (tests/mininet/test_trees.py)."""
+    grpc = free_run(4)
+    topo = dataclasses.replace(leaf_spine(2, 2, 3, grpc_port=grpc, thrift_port=free_run(4, avoid=grpc)), jobs=[])
+    with serve_pool(topo, "p4sim", base) as net:
+        yield net
+
+
+def grants(net: PoolStar) -> list[str]:
+    """The pool controller's grant lines so far."""
+    return [line for line in net.controller_log.read_text(errors="replace").splitlines() if "granted slots" in line]
+
+
+def wait_until_running(net: PoolStar, switch: str, before: int, procs: list[subprocess.Popen]) -> None:
+    """Until `switch` has counted a good part of a call, so what follows happens mid-call."""
+    for _ in range(600):
+        if net.switch_counter(CONTRIBUTIONS, switch) > before + 500:
+            return
+        assert all(p.poll() is None for p in procs), "the job ended before the fault"
+        time.sleep(0.1)
+    pytest.fail(f"{switch} never counted the job's contributions")
 
 
 def int_calls(seed: int, ranks: int, length: int, n_calls: int) -> list[list[np.ndarray]]:
@@ -210,3 +245,29 @@ def test_switch_killed_mid_call_the_job_finishes_on_the_ring_with_the_exact_sum(
     assert [(r["backend"], r["fallbacks"]) for r in reports] == [("ring", 1)] * ranks
     assert all("the switch stopped answering mid-call" in r["stderr"] for r in reports)
     pool_star.wait_for_log("reconciled (pipeline pushed")
+
+
+def test_a_spine_killed_mid_call_the_tree_finishes_on_the_ring_with_the_exact_sum(tmp_path: Path) -> None:
+    """On test_trees.py's leaf-spine: a tree of four workers over both leaves, summed by s3."""
+    with tree_pool(tmp_path) as pool_tree:
+        length, n_calls, rounds = 300_000, 2, 5
+        calls = int_calls(7, 4, length, n_calls)
+        granted = len(grants(pool_tree))
+        before = pool_tree.switch_counter(CONTRIBUTIONS, "s3")
+        procs = pool_tree.start_job("k", ["h1", "h2", "h4", "h5"], calls, "--give-up-after", "10", rounds=rounds)
+        try:
+            pool_tree.wait_for_log("granted slots", count=granted + 1)
+            assert "(root s3:" in grants(pool_tree)[-1], "the pool is empty: the tree's root is the first spine"
+            wait_until_running(pool_tree, "s3", before, procs)
+            s3 = pool_tree.fabric.host("s3")
+            s3.proc.kill()                      # the spine and its slots, entries and groups are gone
+            s3.stop(deleteIntfs=False)
+            s3.start([])                        # no pipeline until the controller's watch
+            reports, results = pool_tree.finish_job("k", procs, n_calls * rounds)
+        finally:
+            for proc in procs:
+                end_child(proc)
+        assert_exact(results, calls)
+        assert [(r["backend"], r["fallbacks"]) for r in reports] == [("ring", 1)] * 4
+        assert all("the switch stopped answering mid-call" in r["stderr"] for r in reports)
+        pool_tree.wait_for_log("s3: reconciled (pipeline pushed")

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 PROGRAMS_DIR = Path(__file__).resolve().parent.parent / "p4programs"
 BOTH_BACKENDS = ("test_programs", "test_corpus_", "test_bmv2_traces", "test_pipeline", "test_compiler_",
-                 "test_language.", "test_externs", "test_action_profiles", "test_server", "test_thrift")
+                 "test_language.", "test_expression_oracle", "test_externs", "test_action_profiles", "test_server", "test_thrift")
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -6,12 +6,11 @@ to 64 bits into the packet; hypothesis picks the operands (edge values included)
 oracle is P4_16's definition in plain Python integers (spec 8.6 and 8.7: results modulo
 2^W, int<W> in two's complement, |+| and |-| saturate, shifts by W or more give 0, or
 the sign for >> on int<W>, ++ takes the left operand's signedness, slices are unsigned,
-casts truncate or extend). Each width compiles once per backend; the tests run on every
-backend in p4sim.backends.BACKENDS.
+casts truncate or extend). Each width compiles once per backend; the tests run on each
+backend of --p4sim-backend (default both; tests/p4sim/conftest.py).
 """
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 from typing import Callable
 
@@ -20,7 +19,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from p4sim import Switch, compile_file
-from p4sim.backends import BACKENDS
 
 WIDTHS = range(1, 65)
 
@@ -137,15 +135,25 @@ V1Switch(P(), V(), I(), E(), C(), D()) main;
 """
 
 
-@functools.lru_cache(maxsize=None)
-def switch(w: int, signed: bool, backend: str, folder: str) -> Switch:
-    path = Path(folder) / f"{'int' if signed else 'bit'}{w}.p4"
-    path.write_text(source(w, signed))
-    return Switch(compile_file(str(path)), backend=backend)
+class Switches:
+    """Each width's switch, compiled on first use. Kept by a module-scoped fixture, not a
+    module-level cache: a process that runs the tests again (mutmut forks one per mutant of
+    the code generator) must compile again."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.built: dict[tuple[int, bool, str], Switch] = {}
+
+    def get(self, w: int, signed: bool, backend: str) -> Switch:
+        if (w, signed, backend) not in self.built:
+            path = self.folder / f"{'int' if signed else 'bit'}{w}.p4"
+            path.write_text(source(w, signed))
+            self.built[w, signed, backend] = Switch(compile_file(str(path)), backend=backend)
+        return self.built[w, signed, backend]
 
 
-def run(folder: Path, backend: str, w: int, signed: bool, a: int, b: int, s: int) -> list[int]:
-    sw = switch(w, signed, backend, str(folder))
+def run(switches: Switches, backend: str, w: int, signed: bool, a: int, b: int, s: int) -> list[int]:
+    sw = switches.get(w, signed, backend)
     mask = (1 << 64) - 1
     data = (a & mask).to_bytes(8, "big") + (b & mask).to_bytes(8, "big") + bytes([s])
     [(port, out)] = sw.process(0, data)
@@ -169,26 +177,24 @@ def operands(draw, w: int | None = None, signed: bool | None = None):
 
 
 @pytest.fixture(scope="module")
-def folder(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("widths")
+def switches(tmp_path_factory) -> Switches:
+    return Switches(tmp_path_factory.mktemp("widths"))
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("signed", [False, True], ids=["bit", "int"])
 @pytest.mark.parametrize("w", WIDTHS)
-def test_every_width_edges(folder, backend, w, signed):
+def test_every_width_edges(switches, p4sim_backend, w, signed):
     """Each width's extremes, deterministically: carries into the top bit, borrows out of
     it, overflow of the most negative value, shifts by W-1, W and more."""
     lo, hi = lo_hi(w, signed)
     for a, b, s in [(hi, 1, w - 1), (hi, hi, w), (lo, 1, 0), (lo, hi, 1), (hi // 2 + 1, hi // 2 + 1, w + 1),
                     (lo, lo, 255), (0, hi, 3)]:
         a, b = wrap(a, w, signed), wrap(b, w, signed)        # 1 is -1 in an int<1>
-        assert run(folder, backend, w, signed, a, b, s) == expected(w, signed, a, b, s), (a, b, s)
+        assert run(switches, p4sim_backend, w, signed, a, b, s) == expected(w, signed, a, b, s), (a, b, s)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=operands())
-def test_arithmetic_matches_big_integer_oracle(folder, backend, ops):
+def test_arithmetic_matches_big_integer_oracle(switches, p4sim_backend, ops):
     w, signed, a, b, s = ops
-    assert run(folder, backend, w, signed, a, b, s) == expected(w, signed, a, b, s)
+    assert run(switches, p4sim_backend, w, signed, a, b, s) == expected(w, signed, a, b, s)

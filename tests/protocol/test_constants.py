@@ -70,3 +70,13 @@ def test_program_sizes_match_protocol():
     assert registers["slot_seen"].size == 2 * protocol.POOL_SIZE
     inc_header = next(t for t in program.checked.structs if t.name == "inc_t")
     assert inc_header.width == 8 * protocol.HEADER_SIZE
+
+
+def test_the_recommended_k_per_target_fits_a_standard_frame_and_gives_way_to_the_one_asked():
+    for target, k in protocol.RECOMMENDED_ELEMENTS_PER_PACKET.items():
+        assert protocol.elements_per_packet_for(target, 1500) == k
+        assert protocol.elements_per_packet_problem(k, 1500) is None
+    assert protocol.elements_per_packet_for("p4sim", 9000, asked=1024) == 1024
+    # A small MTU holds fewer: the recommendation shrinks to what fits (a 600-byte frame: 128).
+    assert protocol.elements_per_packet_for("p4sim", 600) == 128
+    assert protocol.elements_per_packet_problem(128, 600) is None

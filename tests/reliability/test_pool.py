@@ -18,7 +18,7 @@ from typing import Iterator
 import numpy as np
 import pytest
 
-from controller.allreduce import INC_JOB, place_job
+from controller.allreduce import INC_JOB, JobTree, candidate_trees
 from controller.install import install_forwarding
 from controller.control import push_pipeline, read_multicast_groups, read_table_entries
 from controller.pool import CANNOT_AGGREGATE, NO_ROOM, JobPool, PoolRefused, PoolServer, SlotPool
@@ -60,13 +60,30 @@ def test_slot_pool_allocates_first_fit_and_refuses_when_full() -> None:
 
 
 def test_placement_on_a_leaf_spine_uses_only_the_pools_switches() -> None:
-    """Workers on two leaves: the spine aggregates and both leaves forward to it (port 3, their
-    uplink); without the spine in the pool nothing can; workers on one leaf: that leaf alone."""
+    """Workers on two leaves: the spine sums the leaves' partials (or, flat, sums all and both
+    leaves forward to it through port 3, their uplink); without the spine in the pool nothing
+    can; workers on one leaf: that leaf alone."""
     topo = leaf_spine(2, 1, 2)
-    assert place_job(topo, ["h1", "h3"], {"s1", "s2", "s3"}) == ("s3", {"s1": 3, "s2": 3})
-    assert place_job(topo, ["h1", "h3"], {"s1", "s2"}) is None
-    assert place_job(topo, ["h1", "h3"], {"s1", "s3"}) is None          # s2 would have to forward
-    assert place_job(topo, ["h1", "h2"], {"s1", "s2", "s3"}) == ("s1", {})
+    every = {"s1", "s2", "s3"}
+    assert candidate_trees(topo, 7, ["h1", "h3"], every) == [
+        JobTree(7, ("h1", "h3"), "s3", ("s1", "s2"), parents=(("s1", "s3"), ("s2", "s3")))]
+    assert candidate_trees(topo, 7, ["h1", "h3"], every, hierarchical=False) == [
+        JobTree(7, ("h1", "h3"), "s3", (), (("s1", 3), ("s2", 3)))]
+    assert candidate_trees(topo, 7, ["h1", "h3"], {"s1", "s2"}) == []
+    assert candidate_trees(topo, 7, ["h1", "h3"], {"s1", "s3"}) == []       # s2 would have to sum or forward
+    assert candidate_trees(topo, 7, ["h1", "h2"], every) == [JobTree(7, ("h1", "h2"), "s1")]
+
+
+def test_placement_on_two_spines_offers_both_roots_and_a_tree_out_of_ids_is_summed_flat() -> None:
+    """Two spines: either can sum the leaves (the pool picks the emptier one). 32 workers on two
+    leaves leave no ids for the leaves at the spine: that job is summed flat, the leaves forward."""
+    topo = leaf_spine(2, 2, 2)
+    trees = candidate_trees(topo, 7, ["h1", "h3"], set(topo.switches))
+    assert [(t.root, t.leaves, t.forwards) for t in trees] == [("s3", ("s1", "s2"), ()), ("s4", ("s1", "s2"), ())]
+    big = leaf_spine(2, 2, 16)
+    trees = candidate_trees(big, 7, list(big.hosts), set(big.switches))
+    assert [(t.root, t.leaves, t.forwards) for t in trees] == [("s3", (), (("s1", 17), ("s2", 17))),
+                                                               ("s4", (), (("s1", 18), ("s2", 18)))]
 
 
 def pool_topology(n_hosts: int, grpc_port: int) -> Topology:

@@ -19,11 +19,12 @@ def test_loss_and_duplicates_become_netdev_rules_on_the_interface():
         "}", ""])
 
 
-def test_loss_between_switches_is_a_root_namespace_table_per_switch_port_dropping_on_arrival():
+def test_loss_between_switches_is_a_root_namespace_table_per_switch_port_dropping_on_departure():
+    """On egress: the switch's packet socket sees an arriving frame before any ingress hook."""
     assert Impairment(switch_loss_pct=2.5).switch_link_ruleset("s1-eth3") == "\n".join([
         "table netdev p4inc_impair_s1_eth3 {",
-        "  chain ingress {",
-        '    type filter hook ingress device "s1-eth3" priority 0;',
+        "  chain egress {",
+        '    type filter hook egress device "s1-eth3" priority 0;',
         "    numgen random mod 10000 < 250 counter drop",
         "  }",
         "}", ""])

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from topologies.spec import Endpoint, JobSpec, Topology, TopologyError, leaf_spine, star
+from topologies.spec import Endpoint, JobSpec, Topology, TopologyError, leaf_spine, star, three_tier
 
 CONTRACT_EXAMPLE = {
     "hosts": {"h1": {"ip": "10.0.0.1/24", "mac": "08:00:00:00:00:01", "commands": []},
@@ -107,6 +107,19 @@ def test_leaf_spine_wires_hosts_below_and_spines_above_each_leaf():
     assert Topology.from_dict(topo.to_dict()) == topo
     assert topo.switch_link_intfs() == ["s1-eth3", "s1-eth4", "s2-eth3", "s2-eth4", "s3-eth1", "s3-eth2",
                                         "s4-eth1", "s4-eth2"]
+
+
+def test_three_tier_wires_leaves_to_their_pods_aggregation_switch_and_those_to_the_core():
+    topo = three_tier(pods=2, leaves_per_pod=2, hosts_per_leaf=1)
+    assert sorted(topo.switches) == ["s1", "s2", "s3", "s4", "s5", "s6", "s7"]
+    assert [topo.host_port(h) for h in ("h1", "h2", "h3", "h4")] == [("s1", 1), ("s2", 1), ("s3", 1), ("s4", 1)]
+    uplinks = {(str(link.a), str(link.b)) for link in topo.links if link.a.node in topo.switches}
+    assert uplinks == {("s1-p2", "s5-p1"), ("s2-p2", "s5-p2"), ("s5-p3", "s7-p1"),
+                       ("s3-p2", "s6-p1"), ("s4-p2", "s6-p2"), ("s6-p3", "s7-p2")}
+    assert topo.jobs[0].hierarchical and topo.hosts["h4"].ip == "10.0.4.1/24"
+    assert Topology.from_dict(topo.to_dict()) == topo
+    with pytest.raises(TopologyError, match="three-tier fabric needs"):
+        three_tier(0, 2, 2)
 
 
 def test_a_leaf_spine_job_is_hierarchical_unless_asked_flat_and_the_json_says_so():
