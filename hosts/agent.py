@@ -150,7 +150,7 @@ class _Item:
     payload: bytes
     first_sent: float
     last_sent: float
-    timer_from: float         # its timer runs from here (or from the last progress, if later)
+    timer_from: float         # its timer runs from here (or from the last progress, if later); inf: not yet
     timer: float              # its retransmission timeout, seconds
     sends: int = 1
     fast: bool = False        # already sent again on later results
@@ -319,11 +319,14 @@ class Worker:
                     seq = first_seq + next_item
                     wire_seq = seq & 0xFFFFFFFF
                     payload = call.packet(chunk, seq % window, (seq // window) % 2, wire_seq)
-                    if not call.silent(next_item):     # a silent item is sent only if its result is lost
+                    silent = call.silent(next_item)
+                    if not silent:     # a silent item is sent only if its result is lost
                         transport.send(payload)
                         stats.packets_sent += 1
                     t1 = time.monotonic()
-                    in_flight[wire_seq] = _Item(next_item, chunk, seq, payload, t1, t1, t1, self.rto.rto)
+                    # A silent item's timer waits for a sign that its result is lost (_arm_silent).
+                    in_flight[wire_seq] = _Item(next_item, chunk, seq, payload, t1, t1,
+                                                math.inf if silent else t1, self.rto.rto)
                     if next_item == 0:
                         call.first_sent = t1
                     wake = min(wake, t1 + self.rto.rto)
@@ -331,6 +334,8 @@ class Worker:
                     stats.send_s += t1 - t0
                 if call.done:
                     return
+                if call.eager:
+                    wake = min(wake, self._arm_silent(in_flight, call, None))
                 # Results already here come first: a worker that was not scheduled for a while
                 # must not take its own lateness for the switch's.
                 t0 = time.monotonic()
@@ -338,6 +343,8 @@ class Worker:
                 item = None if data is None else self._accept(data, in_flight, call)
                 if item is not None:
                     last_progress = time.monotonic()
+                    if call.eager:
+                        wake = min(wake, self._arm_silent(in_flight, call, item))
                     self._resend_overtaken(item, in_flight, first_seq + next_item - 1, call)
                 t1 = time.monotonic()
                 stats.wait_s += t1 - t0
@@ -371,7 +378,9 @@ class Worker:
         # before the job's first result timed the slowest peer's start-up (processes started
         # together begin up to 0.5 s apart on 2 loaded cores), which would set every early
         # starter's RTO to seconds for as long as the call lasts.
-        if item.sends == 1 and not header.flags & FLAG_RETRANSMIT and item.first_sent >= self._live_since:
+        # A silent item's wait timed its root's lateness, not a round trip.
+        if (item.sends == 1 and not header.flags & FLAG_RETRANSMIT and item.first_sent >= self._live_since
+                and not call.silent(item.index)):
             self.rto.sample(now - item.first_sent)
         self.cwnd.on_ack(item.seq)
         if not call.stats.results:
@@ -394,6 +403,24 @@ class Worker:
             self.cwnd.on_loss(highest)
             self._resend(it, call)
 
+    def _arm_silent(self, in_flight: dict[int, _Item], call: "_Call", answered: _Item | None) -> float:
+        """Start the timers of silent items whose results now look lost: those before `answered`
+        that its result shows lost (call.shows_lost); with `answered` None, the oldest in flight
+        (nothing may show it lost while the call waits on it at a gate: its timer runs from the
+        last progress). Until then a root that is merely late draws no requests. Returns when
+        the first of them is due."""
+        now = time.monotonic()
+        due = math.inf
+        for it in in_flight.values():
+            if answered is not None and it.index >= answered.index:
+                break
+            if it.timer_from == math.inf and (answered is None or call.shows_lost(it.index, answered.index)):
+                it.timer_from, it.timer = now, self.rto.rto
+                due = now + it.timer
+            if answered is None:
+                break
+        return due
+
     def _check_timers(self, in_flight: dict[int, _Item], last_progress: float, highest: int,
                       call: "_Call") -> float:
         """Chunks without a result for an RTO since they were sent and since the last progress:
@@ -410,8 +437,9 @@ class Worker:
         if expired:
             call.stats.timeouts += 1
             if all(call.silent(it.index) for it in expired):
-                # Requests for eager rounds whose root may not have sent yet: no sign of congestion.
-                rto = max(it.timer for it in expired)
+                # Requests for eager rounds whose root may be late, or have lost its chunk and not yet
+                # sent it again: no sign of congestion, so the RTO stays; each request waits longer.
+                rto = min(self.rto.max_rto, 2 * max(it.timer for it in expired))
             else:
                 rto = self.rto.backoff(max(it.timer for it in expired))
                 self.cwnd.on_timeout(highest)
@@ -420,7 +448,8 @@ class Worker:
                 # switch is gone. One probe says when that ends; a window of copies would only queue.
                 # Every timer restarts with the probe's, so they do not expire one by one after it.
                 for it in in_flight.values():
-                    it.timer, it.timer_from = rto, now
+                    if it.timer_from != math.inf:       # silent items still wait for a sign of loss
+                        it.timer, it.timer_from = rto, now
                 expired = expired[:1]
             for it in expired:
                 it.timer = rto
@@ -605,6 +634,10 @@ class _Call:
         """Whether, with nothing lost, item `earlier`'s result comes before item `later`'s."""
         return True
 
+    def shows_lost(self, earlier: int, later: int) -> bool:
+        """Whether item `later`'s result, come before silent item `earlier`'s, shows that one lost."""
+        return True
+
     def sends_data(self, chunk: int) -> bool:
         """Whether this worker's packet for `chunk` is a CONTRIB with data, else a header-only JOIN."""
         if self.collective == COLL_BROADCAST:
@@ -713,6 +746,11 @@ class _GatherCall(_Int32Call):
         # A gate waits for every worker and eager rounds for their own root alone: only one
         # root's eager rounds come back in seq order.
         return not self.eager or not self.gate(earlier) and self.root_of(earlier) == self.root_of(later)
+
+    def shows_lost(self, earlier: int, later: int) -> bool:
+        # Every worker sends its items in order: a later result of the same root, or a later gate
+        # (which every root has sent), comes after the root has sent `earlier`.
+        return self.gate(later) or self.root_of(earlier) == self.root_of(later)
 
     def packet(self, chunk: int, slot: int, version: int, seq: int) -> bytes:
         flags = 0 if self.gate(chunk) else FLAG_EAGER

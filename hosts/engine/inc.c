@@ -18,7 +18,7 @@ enum { FREE = 0, IN_FLIGHT = 1, PENDING = 2 };
 typedef struct {
     int64_t index, chunk;
     int64_t seq;                     /* unwrapped: the call's first seq + index */
-    double first_sent, last_sent, timer_from, timer;
+    double first_sent, last_sent, timer_from, timer;   /* timer_from INFINITY: a silent item's, not yet started */
     int64_t sends;
     int fast, expired, state;
     int flags, need;                 /* its result's, while it waits to be taken in item order */
@@ -92,6 +92,14 @@ static int silent(const call_t *t, int64_t index)
 static int in_order(const call_t *t, int64_t earlier, int64_t later)
 {
     return !t->eager || (!gate(t, earlier) && root_of(t, earlier) == root_of(t, later));
+}
+
+/* hosts/agent.py _GatherCall.shows_lost: every worker sends its items in order, so a later
+   result of the same root, or a later gate (which every root has sent), comes after the root
+   has sent `earlier`. */
+static int shows_lost(const call_t *t, int64_t earlier, int64_t later)
+{
+    return gate(t, later) || root_of(t, earlier) == root_of(t, later);
 }
 
 static int bounded_guess(int64_t exponent)
@@ -271,7 +279,8 @@ static item_t *take_result(call_t *t, const uint8_t *data, int len)
         e->eager = 1;
     /* Karn, a round that waited for a retransmission, and items sent before the job's first
        result (their wait timed the slowest peer's start-up): no round-trip sample. */
-    if (it->sends == 1 && !(h.flags & FLAG_RETRANSMIT) && it->first_sent >= e->live_since)
+    if (it->sends == 1 && !(h.flags & FLAG_RETRANSMIT) && it->first_sent >= e->live_since
+            && !silent(t, it->index))       /* a silent item's wait timed its root's lateness */
         rto_sample(&e->rto, now - it->first_sent);
     cwnd_on_ack(&e->cwnd, it->seq);
     if (!t->c->stats.results) {
@@ -297,6 +306,28 @@ static void resend_overtaken(call_t *t, int64_t index, double first_sent, int64_
         cwnd_on_loss(&t->e->cwnd, highest);
         resend(t, it);
     }
+}
+
+/* hosts/agent.py Worker._arm_silent: start the timers of silent items whose results now look
+   lost: those before item `answered` that its result shows lost; with `answered` < 0, the
+   oldest in flight. Returns when the first of them is due. */
+static double arm_silent(call_t *t, int64_t answered)
+{
+    double now = eng_now(), due = INFINITY;
+    int64_t hi = answered < 0 ? t->answered + 1 : answered;
+    for (int64_t j = t->answered; j < hi && j < t->next_item; j++) {
+        item_t *it = &t->items[j % t->slots];
+        if (it->state != IN_FLIGHT || it->index != j)
+            continue;
+        if (isinf(it->timer_from) && (answered < 0 || shows_lost(t, j, answered))) {
+            it->timer_from = now;
+            it->timer = t->e->rto.rto;
+            due = now + it->timer;
+        }
+        if (answered < 0)
+            break;
+    }
+    return due;
 }
 
 /* Items without a result for an RTO since they were sent and since the last progress: back
@@ -331,8 +362,9 @@ static double check_timers(call_t *t, double last_progress, int64_t highest)
     }
     if (expired) {
         t->c->stats.timeouts++;
-        /* Requests for eager rounds whose root may not have sent yet: no sign of congestion. */
-        double rto = longest;
+        /* Requests for eager rounds whose root may be late, or have lost its chunk and not yet
+           sent it again: no sign of congestion, so the RTO stays; each request waits longer. */
+        double rto = fmin(e->rto.max_rto, 2 * longest);
         if (!all_silent) {
             rto = rto_backoff(&e->rto, longest);
             cwnd_on_timeout(&e->cwnd, highest);
@@ -346,7 +378,7 @@ static double check_timers(call_t *t, double last_progress, int64_t highest)
             item_t *it = &t->items[j % t->slots];
             if (it->state != IN_FLIGHT || it->index != j)
                 continue;
-            if (probe_only) {
+            if (probe_only && !isinf(it->timer_from)) {   /* silent items still wait for a sign of loss */
                 it->timer = rto;
                 it->timer_from = now;
             }
@@ -408,7 +440,9 @@ static void exchange(call_t *t)
             double t1 = eng_now();
             for (int64_t j = first_new; j < t->next_item; j++) {
                 item_t *it = &t->items[j % t->slots];
-                it->first_sent = it->last_sent = it->timer_from = t1;
+                it->first_sent = it->last_sent = t1;
+                /* a silent item's timer waits for a sign that its result is lost (arm_silent) */
+                it->timer_from = silent(t, j) ? INFINITY : t1;
                 it->timer = e->rto.rto;
             }
             if (first_new == 0)
@@ -418,6 +452,8 @@ static void exchange(call_t *t)
         }
         if (t->done)
             return;
+        if (t->eager)
+            wake = fmin(wake, arm_silent(t, -1));
         /* Results already here come first: a worker that was not scheduled for a while must
            not take its own lateness for the switch's. */
         t0 = eng_now();
@@ -435,6 +471,8 @@ static void exchange(call_t *t)
                 continue;
             progress = 1;
             last_progress = eng_now();
+            if (t->eager)
+                wake = fmin(wake, arm_silent(t, it->index));
             resend_overtaken(t, it->index, it->first_sent, first_seq + t->next_item - 1);
         }
         batch_flush(&t->out);

@@ -8,6 +8,7 @@ the same packets on the wire whichever engine it runs: per seq, the same header 
 from __future__ import annotations
 
 import logging
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -37,20 +38,22 @@ Call = Callable[[Worker, int], Any]
 class JobRun:
     results: list[list[Any]]          # [call][worker]: the result, None, or the IncOverflowError raised
     sent: list[dict[int, bytes]]      # [worker]: seq -> the payload it sent for it, RETRANSMIT cleared
+    payloads: list[list[bytes]]       # [worker]: every payload it sent, in order
     resent: list[int]                 # [worker]: payloads it sent more than once
     engines: list[str]                # what each worker ran on
 
 
 def run_job(program: Program, engines: list[str], calls: list[Call], faults: Faults = Faults(),
-            window: int = 8, **config: Any) -> JobRun:
-    """Every call on every worker of a fresh job (worker w on engines[w]) through a fresh switch."""
+            window: int = 8, drop: Callable[[int, bytes], bool] | None = None, **config: Any) -> JobRun:
+    """Every call on every worker of a fresh job (worker w on engines[w]) through a fresh switch
+    (`drop`: UdpBridge's)."""
     n = len(engines)
     switch = Switch(program)
     job = Job(job_id=3, hosts=tuple(host(i) for i in range(1, n + 1)), num_slots=window)
     install_forwarding(switch, list(job.hosts))
     install_job(switch, job)
     port = free_udp_port()
-    with InProcessFabric(switch, list(job.hosts), faults) as fabric, UdpBridge(fabric, n, port) as bridge:
+    with InProcessFabric(switch, list(job.hosts), faults) as fabric, UdpBridge(fabric, n, port, drop) as bridge:
         workers = [Worker(JobConfig(job.job_id, w, n, window=window, timeout=0.05, give_up_after=20, engine=e,
                                     **config), UdpTransport(bridge.address, (loopback_ip(w), port)))
                    for w, e in enumerate(engines)]
@@ -71,7 +74,7 @@ def run_job(program: Program, engines: list[str], calls: list[Call], faults: Fau
                 worker.close()
         sent = [distinct_packets(payloads) for payloads in bridge.sent]
         resent = [len(payloads) - len(distinct) for payloads, distinct in zip(bridge.sent, sent)]
-    return JobRun([[per_worker[w][c] for w in range(n)] for c in range(len(calls))], sent, resent,
+    return JobRun([[per_worker[w][c] for w in range(n)] for c in range(len(calls))], sent, bridge.sent, resent,
                   [w.engine for w in workers])
 
 
@@ -201,6 +204,59 @@ def test_mixed_jobs_give_every_worker_the_same_bits_and_send_the_same_packets(co
     assert all(isinstance(r, IncOverflowError) and r.chunks == [1] for r in results[-3])   # inf
     assert all("float16's range" in str(r) for r in results[-2])
     np.testing.assert_array_equal(results[-1][0], np.arange(5, dtype=np.int32) * N)
+
+
+def eager_requests(payloads: list[bytes], seqs: range) -> list[int]:
+    """The seqs of the eager JOINs (requests for a lost result) among `payloads`, in order."""
+    return [h.seq for h in (unpack_header(p, (len(p) - HEADER_SIZE) // 4) for p in payloads)
+            if h.seq in seqs and h.opcode == OP_JOIN and h.flags & FLAG_EAGER]
+
+
+@pytest.mark.parametrize("engine_name", ["python", "c"])
+def test_a_late_root_draws_a_few_requests_not_one_per_item_and_rto(compiled: None, program: Program,
+                                                                   engine_name: str) -> None:
+    """An eager Broadcast whose root starts 0.3 s after the others: their silent items wait for a
+    sign of loss, so only the oldest asks, each time after twice as long (0.02 s, 0.04 s, ...),
+    not every silent item every RTO (a request storm the switch drops as early)."""
+    late, length = 0.3, 20 * INC_K
+    xs = inputs(31, length, np.dtype(np.int32))
+
+    def late_broadcast(wk: Worker, w: int) -> np.ndarray:
+        if w == 1:
+            time.sleep(late)
+        return wk.broadcast(xs[w], root=1)
+
+    calls: list[Call] = [lambda wk, w: wk.barrier(), lambda wk, w: wk.broadcast(xs[w], root=1), late_broadcast]
+    run = run_job(program, [engine_name] * N, calls, eager_rounds=True, min_rto=0.02)
+    assert all(out.tobytes() == xs[1].tobytes() for call in run.results[1:] for out in call)
+    late_seqs = range(1 + 20, 1 + 2 * 20)          # the barrier, the first Broadcast's 20 chunks, then these
+    for w in (0, 2, 3):
+        asked = eager_requests(run.payloads[w], late_seqs)
+        assert 1 <= len(asked) <= 6, f"worker {w} on {engine_name} asked {asked}"
+
+
+@pytest.mark.parametrize("engine_name", ["python", "c"])
+def test_a_lost_result_that_holds_up_a_gate_is_asked_for_again(compiled: None, program: Program,
+                                                                engine_name: str) -> None:
+    """An eager AllGather of 2 chunks per worker (window 8: gates are items 0, 5 and 7): worker 2
+    loses item 1's result, root 0's last chunk. No later result of root 0 shows it lost, and gate 5
+    waits for it (items up to 5 - 8 // 4 - 1 answered first), so only the oldest item's timer,
+    run from the last progress, can ask for it."""
+    xs = inputs(32, 2 * INC_K, np.dtype(np.int32))
+    lost_seq = 2                                   # the barrier is seq 0, the AllGather's items 1..8
+    dropped: list[int] = []
+
+    def drop(w: int, payload: bytes) -> bool:
+        if w == 2 and not dropped and unpack_header(payload, INC_K).seq == lost_seq:
+            dropped.append(lost_seq)
+            return True
+        return False
+
+    calls: list[Call] = [lambda wk, w: wk.barrier(), lambda wk, w: wk.all_gather(xs[w])]
+    run = run_job(program, [engine_name] * N, calls, drop=drop, eager_rounds=True)
+    assert dropped == [lost_seq]
+    assert all(out.tobytes() == np.stack(xs).tobytes() for out in run.results[1])
+    assert lost_seq in eager_requests(run.payloads[2], range(1, 9))
 
 
 @pytest.mark.parametrize("k", [1, 7, 64])
