@@ -723,21 +723,24 @@ class _GatherCall(_Int32Call):
         super().__init__(worker, words)
         self.collective, self.roots = collective, roots
         # Eager Broadcast rounds (docs/protocol.md, "Eager rounds"): a gate ends every `period`
-        # items, and the call; the first item is one unless the last call ended on a gate. A gate
-        # goes once items up to `lag` before it are answered.
+        # items, and the call. A gate goes once items up to `lag` before it are answered. Unless
+        # the last call ended on a gate, items from `window` on wait for the first gate's result.
         self.eager = worker._eager and collective == COLL_BROADCAST
-        self.first_gate = not worker._after_eager
-        window = worker.config.window
+        self.window = window = worker.config.window
         self.lag = window // 4
         self.period = window - self.lag
+        self.first_gate = -1 if worker._after_eager else min(self.period, self.m) - 1
 
     def gate(self, index: int) -> bool:
         """Whether item `index` (= its chunk) is a round of every worker, not an eager one."""
-        return (not self.eager or index % self.period == self.period - 1 or index == self.m - 1
-                or (index == 0 and self.first_gate))
+        return not self.eager or index % self.period == self.period - 1 or index == self.m - 1
 
     def ready(self, index: int) -> bool:
-        return not self.eager or index >= self.m or not self.gate(index) or self.answered >= index - self.lag
+        if not self.eager or index >= self.m:
+            return True
+        if self.first_gate >= 0 and index >= self.window and self.answered <= self.first_gate:
+            return False
+        return not self.gate(index) or self.answered >= index - self.lag
 
     def silent(self, index: int) -> bool:
         return not self.gate(index) and not self.sends_data(index)

@@ -34,9 +34,9 @@ typedef struct {
     item_t *items;
     int64_t answered, next_item, in_flight;
     int done;
-    int eager;                       /* eager Broadcast rounds: a gate ends every `period` items and the call, */
-    int first_gate;                  /* ... and starts it unless the last call ended on one */
-    int64_t period, lag;             /* ... a gate goes once items up to `lag` before it are answered */
+    int eager;                       /* eager Broadcast rounds: a gate ends every `period` items and the call; */
+    int64_t period, lag;             /* ... a gate goes once items up to `lag` before it are answered; */
+    int64_t first_gate;              /* ... items from `window` on wait for this gate's result (-1: none) */
     int32_t *sums;                   /* m * k, what the results carried */
     double first_sent, started;
     struct sockaddr_in agg;
@@ -74,12 +74,16 @@ static int sends_data(const call_t *t, int64_t chunk)
 /* hosts/agent.py _GatherCall.gate, .ready and .silent */
 static int gate(const call_t *t, int64_t index)
 {
-    return !t->eager || index % t->period == t->period - 1 || index == t->m - 1 || (index == 0 && t->first_gate);
+    return !t->eager || index % t->period == t->period - 1 || index == t->m - 1;
 }
 
 static int ready(const call_t *t, int64_t index)
 {
-    return !t->eager || index >= t->m || !gate(t, index) || t->answered >= index - t->lag;
+    if (!t->eager || index >= t->m)
+        return 1;
+    if (t->first_gate >= 0 && index >= t->e->window && t->answered <= t->first_gate)
+        return 0;
+    return !gate(t, index) || t->answered >= index - t->lag;
 }
 
 static int silent(const call_t *t, int64_t index)
@@ -579,9 +583,9 @@ int inc_run(inc_engine *e, inc_call *c)
     t.size_last = c->size - (t.m - 1) * t.k;
     t.first_sent = t.started;
     t.eager = e->eager && c->kind == ENG_KIND_GATHER && c->collective == COLL_BROADCAST;
-    t.first_gate = !e->after_eager;
     t.lag = e->window / 4;
     t.period = e->window - t.lag;
+    t.first_gate = e->after_eager ? -1 : (t.period < t.m ? t.period : t.m) - 1;
     int is_float = c->kind == ENG_KIND_FLOAT;
     int64_t max_items = is_float ? 2 * t.m : t.m;
     t.slots = max_items < e->window ? max_items : e->window;

@@ -37,19 +37,23 @@ CASES = [("sum", d) for d in SUM_DTYPES] + [(op, np.dtype(d)) for op in ("min", 
 
 @dataclass
 class RecordingTransport:
-    """A Transport that keeps the header and size of every payload it sends and receives."""
+    """A Transport that keeps the header and size of every payload it sends and receives, and
+    both in the order they happened ("sent" or "received", the header)."""
     inner: Transport
     sent: list[tuple[IncHeader, int]] = field(default_factory=list)
     received: list[tuple[IncHeader, int]] = field(default_factory=list)
+    events: list[tuple[str, IncHeader]] = field(default_factory=list)
 
     def send(self, payload: bytes) -> None:
         self.sent.append((unpack_header(payload), len(payload)))
+        self.events.append(("sent", self.sent[-1][0]))
         self.inner.send(payload)
 
     def recv(self, timeout: float) -> bytes | None:
         data = self.inner.recv(timeout)
         if data is not None:
             self.received.append((unpack_header(data), len(data)))
+            self.events.append(("received", self.received[-1][0]))
         return data
 
     def close(self) -> None:
@@ -243,10 +247,10 @@ def test_bad_arguments_are_refused_before_anything_is_sent(switch: Switch) -> No
     assert "divisible by 4" in results[0][0] and "root must be a worker 0..3" in results[0][1]
 
 
-def eager_gates(m: int, after_eager: bool, window: int = WINDOW) -> list[int]:
+def eager_gates(m: int, window: int = WINDOW) -> list[int]:
     """docs/protocol.md, "Eager rounds": the items of an m-chunk call that every worker sends."""
     period = window - window // 4
-    return sorted(set(range(period - 1, m, period)) | {m - 1} | (set() if after_eager else {0}))
+    return sorted(set(range(period - 1, m, period)) | {m - 1})
 
 
 @pytest.mark.parametrize("collective", ["broadcast", "all_gather"])
@@ -275,7 +279,7 @@ def test_eager_rounds_are_bit_for_bit_under_loss_and_the_others_join_only_the_ga
     per_owner = -(-length // INC_K)
     m = per_owner * (N if collective == "all_gather" else 1)
     first = starts[0]
-    gates = {first + c * m + g for c in range(calls) for g in eager_gates(m, after_eager=c > 0)}
+    gates = {first + c * m + g for c in range(calls) for g in eager_gates(m)}
     for w, transport in enumerate(transports):
         sent = [h for h, _ in transport.sent if first <= h.seq < first + calls * m]
         owned = {first + c * m + i for c in range(calls) for i in range(m)
@@ -284,6 +288,13 @@ def test_eager_rounds_are_bit_for_bit_under_loss_and_the_others_join_only_the_ga
         assert {h.seq for h in sent if h.flags & FLAG_EAGER and h.opcode == OP_CONTRIB} == owned - gates
         asked = {h.seq for h in sent if h.flags & FLAG_EAGER and h.opcode == OP_JOIN}
         assert not asked & (owned | gates)
+        # The first eager call follows a Barrier, not an eager call: its items from WINDOW on wait
+        # for its first gate's result (slot copies of the Barrier's time are reused from there).
+        first_gate = first + eager_gates(m)[0]
+        got_gate = transport.events.index(next(e for e in transport.events
+                                                if e[0] == "received" and e[1].seq == first_gate))
+        assert all(h.seq < first + WINDOW for kind, h in transport.events[:got_gate]
+                   if kind == "sent" and first <= h.seq < first + m)
 
 
 # docs/protocol.md, "Packets per collective": one call of m chunks (N workers, G gates), lossless.
@@ -329,7 +340,7 @@ def test_switch_counters_equal_the_documented_packet_counts_in_a_lossless_run(sw
     # Timers far beyond an in-process round trip: nothing is sent again in a lossless run.
     sent, transports = run(switch, body, Faults(), timeout=5.0, min_rto=2.0)
     m = chunks_of(name, length)
-    contributions, results = DOCUMENTED_PASSES[name](m, len(eager_gates(m, after_eager=False)))
+    contributions, results = DOCUMENTED_PASSES[name](m, len(eager_gates(m)))
     barrier = DOCUMENTED_PASSES["barrier"](1, 1)
     assert counter(switch, "MyIngress.contributions") == barrier[0] + contributions == N + sum(sent)
     assert counter(switch, "MyIngress.results_multicast") == barrier[1] + results
