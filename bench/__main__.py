@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from hosts.agent import JobConfig
 from hosts.args import settle_elements_per_packet, unwritable
 from hosts.engine import ENGINES
 from hosts.inc import MAX_WINDOW
@@ -62,7 +63,7 @@ class Plan:
     engine: str = "c"                        # the INC and ring agents' engine (hosts/engine), the same for both
     mtu: int = DEFAULT_MTU                   # of every link: INC, ring and MPI share it
     elements_per_packet: int | None = None   # to build the program with (None: its default)
-    eager_rounds: bool = False               # INC workers use eager Broadcast rounds (JobConfig.eager_rounds)
+    eager_rounds: bool = JobConfig.eager_rounds   # INC workers' eager Broadcast/AllGather rounds
     leaves: int = 0                          # > 0: a leaf-spine of this many leaves under one spine, not a star
 
     def topology(self, n: int) -> Topology:
@@ -91,7 +92,7 @@ class Trials:
                 sys.executable, "-m", "bench.worker", "--job-id", str(job.job_id), "--rank", str(rank),
                 "--peers", peers, "--window", str(plan.window), "--timeout", str(plan.timeout),
                 "--elements-per-packet", str(self.k), "--engine", plan.engine,
-                *(["--eager-rounds"] if plan.eager_rounds else [])])
+                "--eager-rounds" if plan.eager_rounds else "--no-eager-rounds"])
             for rank, host in enumerate(job.workers)]
         self.mpi: list[subprocess.Popen] = []
         if "mpi" in plan.algorithms:
@@ -269,8 +270,9 @@ def add_trial_options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--target", choices=("p4sim", "bmv2"), default=os.environ.get("TARGET", "p4sim"))
     ap.add_argument("--engine", choices=ENGINES, default="c",
                     help="the INC and ring agents' engine: c, compiled (default), or python, the reference")
-    ap.add_argument("--eager-rounds", action="store_true",
-                    help="INC workers use eager Broadcast and AllGather rounds (docs/protocol.md)")
+    ap.add_argument("--eager-rounds", action=argparse.BooleanOptionalAction, default=JobConfig.eager_rounds,
+                    help="INC workers use eager Broadcast and AllGather rounds (docs/protocol.md; default "
+                         f"{'on' if JobConfig.eager_rounds else 'off'}, as JobConfig.eager_rounds)")
     ap.add_argument("--mtu", type=int, default=DEFAULT_MTU,
                     help=f"MTU of every link, for INC, the ring and MPI alike (default {DEFAULT_MTU}; 9000: jumbo)")
     ap.add_argument("--elements-per-packet", type=int, metavar="K",

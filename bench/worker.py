@@ -118,8 +118,9 @@ def main(argv: list[str] | None = None) -> int:
                          f"(default {INC_K})")
     ap.add_argument("--engine", choices=ENGINES, default="c",
                     help="the agents' engine, INC's and the ring's alike (default c: compiled)")
-    ap.add_argument("--eager-rounds", action="store_true",
-                    help="INC: eager Broadcast and AllGather rounds once the switch says it runs them")
+    ap.add_argument("--eager-rounds", action=argparse.BooleanOptionalAction, default=JobConfig.eager_rounds,
+                    help="INC: eager Broadcast and AllGather rounds once the switch says it runs them "
+                         f"(default {'on' if JobConfig.eager_rounds else 'off'})")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     peers = args.peers.split(",")
