@@ -24,7 +24,7 @@ from hosts.inc import (COLL_BROADCAST, COLL_REDUCE, FLAG_EAGER, HEADER_SIZE, INC
 from hosts.inprocess import Faults, InProcessFabric
 from hosts.transport import Transport
 from tests.hosts.conftest import Job, counter, host, install_forwarding, install_job
-from tests.hosts.documented import documented_bound
+from tests.hosts.documented import documented_bound, eager_gates
 
 N = 4
 WINDOW = 8
@@ -247,12 +247,6 @@ def test_bad_arguments_are_refused_before_anything_is_sent(switch: Switch) -> No
     assert "divisible by 4" in results[0][0] and "root must be a worker 0..3" in results[0][1]
 
 
-def eager_gates(m: int, window: int = WINDOW) -> list[int]:
-    """docs/protocol.md, "Eager rounds": the items of an m-chunk call that every worker sends."""
-    period = window - window // 4
-    return sorted(set(range(period - 1, m, period)) | {m - 1})
-
-
 @pytest.mark.parametrize("collective", ["broadcast", "all_gather"])
 def test_eager_rounds_are_bit_for_bit_under_loss_and_the_others_join_only_the_gates(switch: Switch,
                                                                                     collective: str) -> None:
@@ -279,7 +273,7 @@ def test_eager_rounds_are_bit_for_bit_under_loss_and_the_others_join_only_the_ga
     per_owner = -(-length // INC_K)
     m = per_owner * (N if collective == "all_gather" else 1)
     first = starts[0]
-    gates = {first + c * m + g for c in range(calls) for g in eager_gates(m)}
+    gates = {first + c * m + g for c in range(calls) for g in eager_gates(m, WINDOW)}
     for w, transport in enumerate(transports):
         sent = [h for h, _ in transport.sent if first <= h.seq < first + calls * m]
         owned = {first + c * m + i for c in range(calls) for i in range(m)
@@ -290,7 +284,7 @@ def test_eager_rounds_are_bit_for_bit_under_loss_and_the_others_join_only_the_ga
         assert not asked & (owned | gates)
         # The first eager call follows a Barrier, not an eager call: its items from WINDOW on wait
         # for its first gate's result (slot copies of the Barrier's time are reused from there).
-        first_gate = first + eager_gates(m)[0]
+        first_gate = first + eager_gates(m, WINDOW)[0]
         got_gate = transport.events.index(next(e for e in transport.events
                                                 if e[0] == "received" and e[1].seq == first_gate))
         assert all(h.seq < first + WINDOW for kind, h in transport.events[:got_gate]
@@ -340,7 +334,7 @@ def test_switch_counters_equal_the_documented_packet_counts_in_a_lossless_run(sw
     # Timers far beyond an in-process round trip: nothing is sent again in a lossless run.
     sent, transports = run(switch, body, Faults(), timeout=5.0, min_rto=2.0)
     m = chunks_of(name, length)
-    contributions, results = DOCUMENTED_PASSES[name](m, len(eager_gates(m)))
+    contributions, results = DOCUMENTED_PASSES[name](m, len(eager_gates(m, WINDOW)))
     barrier = DOCUMENTED_PASSES["barrier"](1, 1)
     assert counter(switch, "MyIngress.contributions") == barrier[0] + contributions == N + sum(sent)
     assert counter(switch, "MyIngress.results_multicast") == barrier[1] + results
