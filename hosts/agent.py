@@ -120,6 +120,8 @@ class CallStats:
     timeouts: int = 0             # ... because nothing came back for an RTO (counted once per expiry)
     results: int = 0
     duplicate_results: int = 0    # results for chunks already answered (a retransmission's second answer)
+    early_results: int = 0        # results kept from before this worker made their item (its root was ahead)
+    early_drops: int = 0          # results more than a window ahead of this worker: dropped, asked for later
     redone_chunks: int = 0        # float32 chunks sent again at the agreed exponent
     send_waits: int = 0           # sends the kernel refused for a while (EAGAIN/ENOBUFS), then took
     send_drops: int = 0           # sends the kernel never took (counted as lost packets)
@@ -177,6 +179,9 @@ class Worker:
     # that saw it use them. Every worker got that call's results before its next call, so all agree.
     _eager: bool = field(default=False, repr=False)
     _after_eager: bool = field(default=False, repr=False)   # the last call was eager: it ended on a gate
+    # Results that came before this worker made their item (an eager round's root is ahead of it,
+    # maybe still in the call before), by unwrapped seq: at most a window of them (_keep_early).
+    _early: dict[int, bytes] = field(default_factory=dict, repr=False)
     # The compiled engine, if this worker uses it: then it keeps the timers, the window, the
     # last float call's exponents and the first result's time, and `rto` and `cwnd` are
     # copies of its state, refreshed after each call.
@@ -301,6 +306,7 @@ class Worker:
         window = cfg.window
         first_seq = self.next_seq
         in_flight: dict[int, _Item] = {}        # by wire seq, in item order
+        taken: deque[bytes] = deque()           # kept early results of items just made, read before the socket
         next_item = 0
         last_progress = time.monotonic()
         # No timer is due before `wake`. Timers only move later (progress, resends, backoff) except
@@ -323,6 +329,13 @@ class Worker:
                     if not silent:     # a silent item is sent only if its result is lost
                         transport.send(payload)
                         stats.packets_sent += 1
+                    early = self._early.pop(seq, None)
+                    if early is not None:
+                        if silent:
+                            taken.append(early)
+                            stats.early_results += 1
+                        else:          # its own packet went, so its answer is still to come
+                            stats.duplicate_results += 1
                     t1 = time.monotonic()
                     # A silent item's timer waits for a sign that its result is lost (_arm_silent).
                     in_flight[wire_seq] = _Item(next_item, chunk, seq, payload, t1, t1,
@@ -339,8 +352,8 @@ class Worker:
                 # Results already here come first: a worker that was not scheduled for a while
                 # must not take its own lateness for the switch's.
                 t0 = time.monotonic()
-                data = transport.recv(max(0.0, wake - t0))
-                item = None if data is None else self._accept(data, in_flight, call)
+                data = taken.popleft() if taken else transport.recv(max(0.0, wake - t0))
+                item = None if data is None else self._accept(data, in_flight, call, first_seq + next_item)
                 if item is not None:
                     last_progress = time.monotonic()
                     if call.eager:
@@ -355,8 +368,9 @@ class Worker:
         finally:
             self.next_seq = first_seq + next_item
 
-    def _accept(self, data: bytes, in_flight: dict[int, _Item], call: "_Call") -> _Item | None:
-        """The item a result answers (recorded in `call`), or None for anything else."""
+    def _accept(self, data: bytes, in_flight: dict[int, _Item], call: "_Call", unmade: int) -> _Item | None:
+        """The item a result answers (recorded in `call`), or None for anything else (a result
+        for seq `unmade` or later, not made yet, is kept: _keep_early)."""
         try:
             header = unpack_header(data, self.config.elements_per_packet)
         except IncFormatError as e:
@@ -366,8 +380,8 @@ class Worker:
             log.debug("ignoring %s", header)
             return None
         item = in_flight.get(header.seq)
-        if item is None or header.slot != item.seq % self.config.window:    # answered already, or not ours
-            call.stats.duplicate_results += 1
+        if item is None or header.slot != item.seq % self.config.window:
+            self._keep_early(header, data, call, unmade)
             return None
         del in_flight[header.seq]
         now = time.monotonic()
@@ -388,6 +402,22 @@ class Worker:
         call.stats.results += 1
         call.record(item, header.flags, header.need, data if header.opcode == OP_RESULT else None)
         return item
+
+    def _keep_early(self, header: IncHeader, data: bytes, call: "_Call", unmade: int) -> None:
+        """A result for an item this worker has not made yet: an eager round's root may be ahead of
+        it (it may still be in the call before). Dropped, the item would wait an RTO and ask again;
+        so it is kept for that item, if less than a window ahead (the root is no further unless
+        this worker lost results): seqs unmade .. unmade + window - 1, one per slot, each taken
+        when its item is made. Anything else was answered already, or is not ours."""
+        window = self.config.window
+        ahead = (header.seq - unmade) & 0xFFFFFFFF
+        seq = unmade + ahead
+        if ahead >= 1 << 31 or header.slot != seq % window or seq in self._early:
+            call.stats.duplicate_results += 1
+        elif ahead < window:
+            self._early[seq] = data
+        else:
+            call.stats.early_drops += 1
 
     def _resend_overtaken(self, answered: _Item, in_flight: dict[int, _Item], highest: int,
                           call: "_Call") -> None:
@@ -559,7 +589,8 @@ class _IncEngine:
         st = self.stats
         worker.last_stats = CallStats(
             _dtype_name(array.dtype), data.size, chunks, st.packets_sent, st.retransmits, st.fast_retransmits,
-            st.timeouts, st.results, st.duplicate_results, st.redone_chunks, waits, dropped, rto.samples - samples,
+            st.timeouts, st.results, st.duplicate_results, st.early_results, st.early_drops, st.redone_chunks,
+            waits, dropped, rto.samples - samples,
             worker.rto.srtt, st.first_result_s if st.has_first_result else None, worker.rto.rto, worker.cwnd.cwnd,
             st.setup_s, st.exponent_s, st.send_s, st.wait_s, st.retransmit_s, st.finish_s, st.total_s)
         if status == 0:                       # ENG_OK

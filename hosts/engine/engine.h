@@ -30,7 +30,8 @@ typedef struct {
 
 /* hosts/agent.py's CallStats, the parts the engine measures (times in seconds) */
 typedef struct {
-    int64_t packets_sent, retransmits, fast_retransmits, timeouts, results, duplicate_results, redone_chunks;
+    int64_t packets_sent, retransmits, fast_retransmits, timeouts, results, duplicate_results, early_results,
+            early_drops, redone_chunks;
     int has_first_result;
     double first_result_s, setup_s, exponent_s, send_s, wait_s, retransmit_s, finish_s, total_s;
 } eng_stats;
@@ -56,6 +57,7 @@ typedef struct {
     void *scratch;                   /* the calls' memory, kept from call to call (grown as needed) */
     size_t scratch_size;
     void *receive;                   /* the datagrams' buffers */
+    void *early;                     /* results that came before their item was made (inc.c early_t) */
 } inc_engine;
 
 /* One call: what to send (kind, dtype, data, roots) and what came of it. */

@@ -26,6 +26,15 @@ typedef struct {
     int payload_len;
 } item_t;
 
+/* Results that came before this worker made their item (hosts/agent.py Worker._early): entry
+   seq % window, at most a window ahead, kept across calls in the engine. */
+typedef struct {
+    size_t packet;                   /* bytes per entry: a whole packet of the job's K */
+    int64_t *seq;                    /* unwrapped; -1: empty */
+    int *len;
+    uint8_t *data;
+} early_t;
+
 typedef struct {
     inc_engine *e;
     inc_call *c;
@@ -58,6 +67,34 @@ typedef struct {
     double first_pass_done;
     int32_t *quantized;              /* k: one chunk's wire values */
 } call_t;
+
+static void early_free(early_t *k)
+{
+    if (k == NULL)
+        return;
+    free(k->seq);
+    free(k->len);
+    free(k->data);
+    free(k);
+}
+
+static early_t *early_new(int64_t window, size_t packet)
+{
+    early_t *k = calloc(1, sizeof *k);
+    if (k == NULL)
+        return NULL;
+    k->packet = packet;
+    k->seq = malloc((size_t)window * sizeof *k->seq);
+    k->len = calloc((size_t)window, sizeof *k->len);
+    k->data = malloc((size_t)window * packet);
+    if (k->seq == NULL || k->len == NULL || k->data == NULL) {
+        early_free(k);
+        return NULL;
+    }
+    for (int64_t i = 0; i < window; i++)
+        k->seq[i] = -1;
+    return k;
+}
 
 static int root_of(const call_t *t, int64_t chunk)
 {
@@ -256,7 +293,29 @@ static void resend(call_t *t, item_t *it)
     t->c->stats.retransmits++;
 }
 
-/* The item a datagram answers (recorded), or NULL for anything else. */
+/* hosts/agent.py Worker._keep_early: a result for an item this worker has not made yet (an eager
+   round's root is ahead of it, maybe in the call before) is kept for that item, if less than a
+   window ahead; anything else was answered already, or is not ours. */
+static void keep_early(call_t *t, const inc_header *h, const uint8_t *data, int len)
+{
+    inc_engine *e = t->e;
+    early_t *k = e->early;
+    int64_t unmade = (int64_t)e->next_seq + t->next_item;
+    uint32_t ahead = h->seq - (uint32_t)(unmade & 0xFFFFFFFF);
+    int64_t seq = unmade + ahead, i = seq % e->window;
+    if (ahead >= UINT32_C(1) << 31 || h->slot != i || k->seq[i] == seq) {
+        t->c->stats.duplicate_results++;
+    } else if (ahead < (uint32_t)e->window) {
+        size_t n = (size_t)len < k->packet ? (size_t)len : k->packet;
+        memcpy(k->data + (size_t)i * k->packet, data, n);
+        k->len[i] = (int)n;
+        k->seq[i] = seq;
+    } else {
+        t->c->stats.early_drops++;
+    }
+}
+
+/* The item a datagram answers (recorded), or NULL for anything else (kept if early). */
 static item_t *take_result(call_t *t, const uint8_t *data, int len)
 {
     inc_engine *e = t->e;
@@ -272,7 +331,7 @@ static item_t *take_result(call_t *t, const uint8_t *data, int len)
     uint32_t index = h.seq - (uint32_t)(e->next_seq & 0xFFFFFFFF);   /* item index, mod 2^32 */
     item_t *it = index < (uint64_t)t->next_item ? &t->items[index % t->slots] : NULL;
     if (it == NULL || it->state != IN_FLIGHT || it->index != (int64_t)index || h.slot != it->seq % e->window) {
-        t->c->stats.duplicate_results++;         /* answered already, or not ours */
+        keep_early(t, &h, data, len);
         return NULL;
     }
     t->in_flight--;
@@ -332,6 +391,20 @@ static double arm_silent(call_t *t, int64_t answered)
             break;
     }
     return due;
+}
+
+/* A result, taken for its item, and what it shows about the items before it. Returns 1 if it
+   answered an item (progress), else 0. */
+static int on_result(call_t *t, const uint8_t *data, int len, double *wake, double *last_progress)
+{
+    item_t *it = take_result(t, data, len);
+    if (it == NULL)
+        return 0;
+    *last_progress = eng_now();
+    if (t->eager)
+        *wake = fmin(*wake, arm_silent(t, it->index));
+    resend_overtaken(t, it->index, it->first_sent, (int64_t)t->e->next_seq + t->next_item - 1);
+    return 1;
 }
 
 /* Items without a result for an RTO since they were sent and since the last progress: back
@@ -454,6 +527,24 @@ static void exchange(call_t *t)
             wake = fmin(wake, t1 + e->rto.rto);
             stats->send_s += t1 - t0;
         }
+        /* Results kept from before these items were made: taken now, as if they came now. */
+        early_t *kept = e->early;
+        int took = 0;
+        for (int64_t j = first_new; j < t->next_item; j++) {
+            int64_t seq = first_seq + j, i = seq % window;
+            if (kept->seq[i] != seq)
+                continue;
+            kept->seq[i] = -1;
+            if (!silent(t, j)) {         /* its own packet went, so its answer is still to come */
+                stats->duplicate_results++;
+                continue;
+            }
+            stats->early_results++;
+            took += on_result(t, kept->data + (size_t)i * kept->packet, kept->len[i], &wake, &last_progress);
+        }
+        batch_flush(&t->out);
+        if (took)
+            continue;                    /* answered items free the window: make more before waiting */
         if (t->done)
             return;
         if (t->eager)
@@ -470,14 +561,7 @@ static void exchange(call_t *t)
             const uint8_t *data = recv_data(t->in, i, &len, &from);
             if (from->sin_addr.s_addr != t->agg.sin_addr.s_addr || from->sin_port != t->agg.sin_port)
                 continue;            /* another host sending look-alike results straight to this worker */
-            item_t *it = take_result(t, data, len);
-            if (it == NULL)
-                continue;
-            progress = 1;
-            last_progress = eng_now();
-            if (t->eager)
-                wake = fmin(wake, arm_silent(t, it->index));
-            resend_overtaken(t, it->index, it->first_sent, first_seq + t->next_item - 1);
+            progress |= on_result(t, data, len, &wake, &last_progress);
         }
         batch_flush(&t->out);
         double t1 = eng_now();
@@ -600,6 +684,10 @@ int inc_run(inc_engine *e, inc_call *c)
         e->receive = in;
     }
     t.in = e->receive;
+    if (e->early == NULL && (e->early = early_new(e->window, packet)) == NULL) {
+        c->status = ENG_NO_MEMORY;
+        return c->status;
+    }
     /* The call's memory, in one block kept by the engine: sizes first, then the pointers into it. */
     size_t need = 0;
     for (int pass = 0; pass < 2; pass++) {
@@ -699,5 +787,6 @@ void inc_free(inc_engine *e)
     if (e->receive != NULL)
         recv_free(e->receive);
     free(e->receive);
+    early_free(e->early);
     free(e);
 }

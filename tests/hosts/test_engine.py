@@ -44,18 +44,19 @@ class JobRun:
 
 
 def run_job(program: Program, engines: list[str], calls: list[Call], faults: Faults = Faults(),
-            window: int = 8, drop: Callable[[int, bytes], bool] | None = None, **config: Any) -> JobRun:
+            window: int = 8, deliver: Callable[[int, bytes], list[bytes]] | None = None, **config: Any) -> JobRun:
     """Every call on every worker of a fresh job (worker w on engines[w]) through a fresh switch
-    (`drop`: UdpBridge's)."""
+    (`deliver`: UdpBridge's; `config`: JobConfig's, over timeout 0.05 s and give_up_after 20 s)."""
     n = len(engines)
     switch = Switch(program)
     job = Job(job_id=3, hosts=tuple(host(i) for i in range(1, n + 1)), num_slots=window)
     install_forwarding(switch, list(job.hosts))
     install_job(switch, job)
     port = free_udp_port()
-    with InProcessFabric(switch, list(job.hosts), faults) as fabric, UdpBridge(fabric, n, port, drop) as bridge:
-        workers = [Worker(JobConfig(job.job_id, w, n, window=window, timeout=0.05, give_up_after=20, engine=e,
-                                    **config), UdpTransport(bridge.address, (loopback_ip(w), port)))
+    with InProcessFabric(switch, list(job.hosts), faults) as fabric, UdpBridge(fabric, n, port, deliver) as bridge:
+        settings = {"timeout": 0.05, "give_up_after": 20} | config
+        workers = [Worker(JobConfig(job.job_id, w, n, window=window, engine=e, **settings),
+                          UdpTransport(bridge.address, (loopback_ip(w), port)))
                    for w, e in enumerate(engines)]
         try:
             def run(w: int) -> list[Any]:
@@ -246,17 +247,54 @@ def test_a_lost_result_that_holds_up_a_gate_is_asked_for_again(compiled: None, p
     lost_seq = 2                                   # the barrier is seq 0, the AllGather's items 1..8
     dropped: list[int] = []
 
-    def drop(w: int, payload: bytes) -> bool:
+    def deliver(w: int, payload: bytes) -> list[bytes]:
         if w == 2 and not dropped and unpack_header(payload, INC_K).seq == lost_seq:
             dropped.append(lost_seq)
-            return True
-        return False
+            return []
+        return [payload]
 
     calls: list[Call] = [lambda wk, w: wk.barrier(), lambda wk, w: wk.all_gather(xs[w])]
-    run = run_job(program, [engine_name] * N, calls, drop=drop, eager_rounds=True)
+    run = run_job(program, [engine_name] * N, calls, deliver=deliver, eager_rounds=True)
     assert dropped == [lost_seq]
     assert all(out.tobytes() == np.stack(xs).tobytes() for out in run.results[1])
     assert lost_seq in eager_requests(run.payloads[2], range(1, 9))
+
+
+@pytest.mark.parametrize("engine_name", ["python", "c"])
+def test_eager_results_that_come_before_their_call_are_kept_for_it(compiled: None, program: Program,
+                                                                  engine_name: str) -> None:
+    """Worker 2 is still in a Barrier (its ACK comes late) when root 0, done with it, starts an
+    eager Broadcast of 4 chunks (window 8: items 0-2 eager, 3 the gate), so worker 2 reads three
+    results before its Broadcast has items for them. It keeps them and takes them as it makes
+    those items: no timeout and no request (dropped, each would wait an RTO and be asked for)."""
+    late, chunks = 2, 4
+    xs = inputs(33, chunks * INC_K, np.dtype(np.int32))
+    eager_seqs = {1, 2, 3}                      # the Barrier is seq 0, the Broadcast's items 1..4
+    passed: set[int] = set()
+    held: list[bytes] = []
+
+    def deliver(w: int, payload: bytes) -> list[bytes]:
+        seq = unpack_header(payload, INC_K).seq
+        if w != late:
+            return [payload]
+        if seq == 0 and passed != eager_seqs:       # the Barrier's ACK (or its answer again)
+            held.append(payload)
+            return []
+        passed.update({seq} & eager_seqs)
+        if passed != eager_seqs:
+            return [payload]
+        out = [payload, *held]
+        held.clear()
+        return out
+
+    calls: list[Call] = [lambda wk, w: wk.barrier(),
+                         lambda wk, w: (wk.broadcast(xs[w], root=0), wk.last_stats)]
+    run = run_job(program, [engine_name] * N, calls, deliver=deliver, eager_rounds=True, timeout=0.5)
+    assert passed == eager_seqs and not held
+    assert all(out.tobytes() == xs[0].tobytes() for out, _ in run.results[1])
+    stats = run.results[1][late][1]
+    assert (stats.early_results, stats.timeouts, stats.retransmits, stats.early_drops) == (3, 0, 0, 0), stats
+    assert eager_requests(run.payloads[late], range(1, 1 + chunks)) == []
 
 
 @pytest.mark.parametrize("k", [1, 7, 64])
