@@ -162,12 +162,14 @@ def check_runs(runs: list[dict]) -> None:
         raise ValueError(f"no {' or '.join(BASELINES)} runs to compare INC with")
 
 
-def _errors(e: Errors) -> dict:
+def _errors(e: Errors | None) -> dict:
+    if e is None:
+        return {"points": 0, "median_abs_rel_error": None, "max_abs_rel_error": None}
     return {"points": e.points, "median_abs_rel_error": e.median, "max_abs_rel_error": e.max}
 
 
-def _pct(e: Errors) -> str:
-    return f"{100 * e.median:.1f}% / {100 * e.max:.1f}%"
+def _pct(e: Errors | None) -> str:
+    return "not checked (one worker count)" if e is None else f"{100 * e.median:.1f}% / {100 * e.max:.1f}%"
 
 
 def _point(p: Point, predicted: float) -> dict:

@@ -87,16 +87,31 @@ TERMS: dict[str, tuple[Term, ...]] = {
              lambda n, s, setup: 2 * (n - 1) * math.ceil(setup.packets(s) / n)),
     ),
     "mpi": (
-        CALL,
-        Term("rank_steps", "per rank per step of recursive doubling, each a wake-up on shared cores: "
-                           "N x ceil(log2 N)", lambda n, s, setup: n * math.ceil(math.log2(n))),
-        Term("segments", "per TCP segment through the switch and two kernels (a ring's 2(N-1)/N x S per rank): "
-                         "2(N-1) x ceil(S/MSS)", lambda n, s, setup: 2 * (n - 1) * setup.segments(s)),
+        CALL, WAKEUPS,
+        Term("segments", "per TCP segment through the switch and two kernels, over every rank's messages of "
+                         "Open MPI's algorithm for N and S (`mpi_messages`): N x sum of ceil(message/MSS)",
+             lambda n, s, setup: n * sum(setup.segments(x) for x in mpi_messages(n, s))),
         Term("rendezvous_segments", f"per segment of a message past the eager limit ({MPI_EAGER_BYTES >> 10} KiB), "
-                                    "moved in fragments after a handshake: the same count, 0 below the limit",
-             lambda n, s, setup: 2 * (n - 1) * setup.segments(s) if s > MPI_EAGER_BYTES else 0.0),
+                                    "moved in fragments after a handshake: the same count over those messages",
+             lambda n, s, setup: n * sum(setup.segments(x) for x in mpi_messages(n, s) if x > MPI_EAGER_BYTES)),
     ),
 }
+
+
+def mpi_messages(workers: int, nbytes: int) -> list[int]:
+    """The bytes a rank sends in each step of the algorithm Open MPI 4.1's fixed decision picks
+    for a commutative MPI_Allreduce (coll/tuned): recursive doubling for small messages
+    (log2 N steps of S), the ring at N < 4 for mid sizes (2(N-1) steps of S/N), Rabenseifner for
+    large ones (recursive halving then doubling: S/2, S/4, ... and back). Not a power of two: as
+    the next one up."""
+    steps = max(1, math.ceil(math.log2(workers)))
+    small = (8 <= nbytes < 4096 or 8192 <= nbytes < 16384) if workers < 4 else nbytes < 8192
+    if small:
+        return [nbytes] * steps
+    if workers < 4 and nbytes < 256 << 10:
+        return [math.ceil(nbytes / workers)] * (2 * (workers - 1))
+    halves = [math.ceil(nbytes / (2 << k)) for k in range(steps)]
+    return halves + halves[::-1]
 
 
 def counts(algorithm: str, workers: int, nbytes: int, setup: Setup) -> np.ndarray:
@@ -182,7 +197,7 @@ class Check:
     """How well one algorithm's model does: on the points it was fitted to, and leaving one
     worker count out (fitted on the others, predicting it), pooled and per held-out N."""
     in_sample: Errors
-    out_of_sample: Errors
+    out_of_sample: Errors | None           # None: fewer than two worker counts to hold one out
     by_workers: dict[int, Errors]
     held_out: list[tuple[Point, float]]       # each point and its out-of-sample prediction
     stalled: list[Point]
@@ -205,8 +220,8 @@ def check(pts: list[Point], model: Model) -> dict[str, Check]:
             tested = [(p, other.predict(algorithm, p.workers, p.nbytes)) for p in used if p.workers == n]
             held_out += tested
             by_workers[n] = Errors.of(np.array([abs(q - p.time_s) / p.time_s for p, q in tested]))
-        pooled = np.array([abs(q - p.time_s) / p.time_s for p, q in held_out]) if held_out else np.array([np.nan])
-        result[algorithm] = Check(Errors.of(errors(model, used)), Errors.of(pooled), by_workers, held_out,
+        pooled = Errors.of(np.array([abs(q - p.time_s) / p.time_s for p, q in held_out])) if held_out else None
+        result[algorithm] = Check(Errors.of(errors(model, used)), pooled, by_workers, held_out,
                                   [p for p in mine if p.stalled])
     return result
 

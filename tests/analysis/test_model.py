@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from analysis.__main__ import main
-from analysis.model import MODELLED, TERMS, Fabric, Model, Setup, check, counts, fit, points, predict
+from analysis.model import (MODELLED, TERMS, Fabric, Model, Setup, check, counts, fit, mpi_messages, points,
+                            predict)
 from hosts.inc import INC_K
 from hosts.ring import RingStats
 from tests.hosts.test_ring import ring_allreduce
@@ -20,7 +21,7 @@ SETUP = Setup(payload_bytes=1024, window=128, cores=2, mtu=1500)
 TRUE = Model(SETUP, {
     "inc": {"call": 100e-6, "wakeups": 20e-6, "window_packets": 6e-6, "window_slots": 15e-6, "paced_packets": 12e-6},
     "ring": {"call": 300e-6, "wakeups": 50e-6, "chunks": 7e-6, "chained_chunks": 3e-6},
-    "mpi": {"call": 30e-6, "rank_steps": 25e-6, "segments": 5e-6, "rendezvous_segments": 2e-6}})
+    "mpi": {"call": 30e-6, "wakeups": 20e-6, "segments": 5e-6, "rendezvous_segments": 2e-6}})
 SIZES = tuple(64 << (2 * i) for i in range(9))          # 64 B to 4 MiB, as make bench
 WORKERS = (2, 4, 8)
 
@@ -89,14 +90,25 @@ def test_inc_counts_the_first_window_apart_from_the_packets_paced_by_results():
     assert (small["window_packets"], small["window_slots"], small["paced_packets"]) == (4, 1, 0)
 
 
-def test_mpi_counts_tcp_segments_and_the_rendezvous_past_the_eager_limit():
-    """Segments of MTU - 52 = 1448 bytes; recursive doubling's ceil(log2 N) steps per rank."""
-    eager = named_counts("mpi", 8, 64 << 10)
-    assert eager == {"call": 1, "rank_steps": 8 * 3, "segments": 14 * 46, "rendezvous_segments": 0}
-    big = named_counts("mpi", 4, (64 << 10) + 1)
-    assert big["segments"] == big["rendezvous_segments"] == 6 * 46 and big["rank_steps"] == 8
+def test_mpi_follows_open_mpi_s_choice_of_algorithm():
+    """Open MPI 4.1's fixed decision: recursive doubling for small sums, the ring at N = 2 for
+    mid sizes, Rabenseifner (halving, then doubling back) for large ones."""
+    assert mpi_messages(8, 4096) == [4096] * 3
+    assert mpi_messages(2, 1024) == [1024] and mpi_messages(2, 8192) == [8192]
+    assert mpi_messages(2, 16384) == [8192, 8192] and mpi_messages(2, 4096) == [2048, 2048]
+    assert mpi_messages(8, 64 << 10) == [32768, 16384, 8192, 8192, 16384, 32768]
+    assert mpi_messages(2, 1 << 20) == [1 << 19, 1 << 19]
+
+
+def test_mpi_counts_tcp_segments_and_those_past_the_eager_limit():
+    """Segments of MTU - 52 = 1448 bytes, over every rank's messages."""
+    eager = named_counts("mpi", 8, 64 << 10)       # 32, 16 and 8 KiB messages, twice each
+    assert eager == {"call": 1, "wakeups": 32, "segments": 8 * 2 * (23 + 12 + 6), "rendezvous_segments": 0}
+    big = named_counts("mpi", 4, 1 << 20)           # 512 and 256 KiB messages: all past the limit
+    assert big["segments"] == big["rendezvous_segments"] == 4 * 2 * (363 + 182)
+    assert named_counts("mpi", 2, 64)["segments"] == 2          # one step, one segment per rank
     jumbo = named_counts("mpi", 2, 1 << 20, Setup(payload_bytes=1024, window=128, mtu=9000))
-    assert jumbo["segments"] == 2 * 118
+    assert jumbo["segments"] == 2 * 2 * 59
 
 
 @pytest.mark.parametrize("n, chunks", [(4, 1), (4, 2), (4, 3), (4, 8), (3, 40)])
@@ -245,3 +257,14 @@ def test_cli_plots_and_reports_the_host_cpu_per_call(tmp_path):
     points = {(p["algorithm"], p["workers"], p["bytes"]): p for p in summary["points"]}
     assert points[("mpi", 4, 64)]["cpu_per_call_s"] == pytest.approx(1e-3)
     assert "cpu_per_call_s" not in points[(runs[0]["algorithm"], runs[0]["workers"], runs[0]["bytes"])]
+
+
+def test_one_worker_count_is_fitted_but_not_checked_out_of_sample(tmp_path):
+    """With nothing to hold out, the summary says so (null) instead of an error it cannot know."""
+    runs = [r for r in synthetic_runs(TRUE, 0.0) if r["workers"] == 4]
+    assert main([str(write_bench(tmp_path / "bench.json", runs)), "-o", str(tmp_path)]) == 0
+    summary = json.loads((tmp_path / "model.json").read_text())
+    assert summary["fit"]["inc"]["points"] == 9 and summary["fit"]["inc"]["max_abs_rel_error"] < 1e-6
+    assert summary["out_of_sample"]["inc"]["median_abs_rel_error"] is None
+    assert summary["out_of_sample"]["inc"]["by_workers"] == {} and summary["out_of_sample"]["inc"]["worst"] == []
+    assert "not checked (one worker count)" in (tmp_path / "results.md").read_text()
