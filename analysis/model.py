@@ -55,14 +55,10 @@ class Term:
     count: Callable[[int, int, Setup], float]
 
 
-def _wakeups(n: int, s: int, setup: Setup) -> float:
-    return n * n / setup.cores
-
-
-CALL = Term("call", "per call: entering the API, the engine's setup, the bench's start and end barrier",
+CALL = Term("call", "per call: entering the API, the engine's setup, handing back the result",
             lambda n, s, setup: 1.0)
 WAKEUPS = Term("wakeups", "per worker woken once per call, waiting behind the others for one of the C cores: "
-                          "N x N/C", _wakeups)
+                          "N x N/C", lambda n, s, setup: n * n / setup.cores)
 
 TERMS: dict[str, tuple[Term, ...]] = {
     "inc": (
@@ -102,8 +98,8 @@ def mpi_messages(workers: int, nbytes: int) -> list[int]:
     """The bytes a rank sends in each step of the algorithm Open MPI 4.1's fixed decision picks
     for a commutative MPI_Allreduce (coll/tuned): recursive doubling for small messages
     (log2 N steps of S), the ring at N < 4 for mid sizes (2(N-1) steps of S/N), Rabenseifner for
-    large ones (recursive halving then doubling: S/2, S/4, ... and back). Not a power of two: as
-    the next one up."""
+    large ones (recursive halving then doubling: S/2, S/4, ... and back), as it decides for
+    N < 16 (larger N: the same shapes); N not a power of two: as the next one up."""
     steps = max(1, math.ceil(math.log2(workers)))
     small = (8 <= nbytes < 4096 or 8192 <= nbytes < 16384) if workers < 4 else nbytes < 8192
     if small:
