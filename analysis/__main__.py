@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         "fit": {a: _errors(c.in_sample) for a, c in checks.items()},
         "out_of_sample": {a: _errors(c.out_of_sample) | {
             "by_workers": {str(n): _errors(e) for n, e in c.by_workers.items()},
-            "worst": [_point(p, q) for p, q in sorted(c.held_out, key=lambda pq: -abs(pq[1] / pq[0].time_s - 1))[:3]]}
+            "worst": [_point(p, q) for p, q in sorted(c.held_out, key=lambda pq: -pq[0].error(pq[1]))[:3]]}
             for a, c in checks.items()},
         "stalled": [_point(p, fitted.predict(p.algorithm, p.workers, p.nbytes)) for c in checks.values()
                     for p in c.stalled],
@@ -174,7 +174,7 @@ def _pct(e: Errors | None) -> str:
 
 def _point(p: Point, predicted: float) -> dict:
     return {"algorithm": p.algorithm, "workers": p.workers, "bytes": p.nbytes, "median_s": p.time_s,
-            "cpu_per_call_s": p.cpu_s, "predicted_s": predicted, "rel_error": abs(predicted - p.time_s) / p.time_s}
+            "cpu_per_call_s": p.cpu_s, "predicted_s": predicted, "rel_error": p.error(predicted)}
 
 
 def _points(runs: list[dict]) -> list[dict]:

@@ -130,6 +130,10 @@ class Point:
     def stalled(self) -> bool:
         return self.cpu_s is not None and self.time_s > STALL_RATIO * self.cpu_s
 
+    def error(self, predicted_s: float) -> float:
+        """|predicted - measured| / measured."""
+        return abs(predicted_s - self.time_s) / self.time_s
+
 
 def points(runs: list[dict]) -> list[Point]:
     """The modelled algorithms' medians."""
@@ -174,7 +178,7 @@ def fit(pts: list[Point], setup: Setup) -> Model:
 
 def errors(model: Model, pts: list[Point]) -> np.ndarray:
     """|predicted - measured| / measured for each point."""
-    return np.array([abs(model.predict(p.algorithm, p.workers, p.nbytes) - p.time_s) / p.time_s for p in pts])
+    return np.array([p.error(model.predict(p.algorithm, p.workers, p.nbytes)) for p in pts])
 
 
 @dataclass(frozen=True)
@@ -200,6 +204,13 @@ class Check:
 
 
 def check(pts: list[Point], model: Model) -> dict[str, Check]:
+    # One fit per held-out worker count serves every algorithm: fit() fits each on its own points.
+    without: dict[int, Model] = {}
+    for n in sorted({p.workers for p in pts}):
+        try:
+            without[n] = fit([p for p in pts if p.workers != n], model.setup)
+        except ValueError:
+            pass
     result = {}
     for algorithm in model.costs:
         mine = [p for p in pts if p.algorithm == algorithm]
@@ -207,16 +218,13 @@ def check(pts: list[Point], model: Model) -> dict[str, Check]:
         held_out: list[tuple[Point, float]] = []
         by_workers = {}
         for n in sorted({p.workers for p in used}):
-            try:
-                other = fit([p for p in used if p.workers != n], model.setup)
-            except ValueError:
-                continue
-            if algorithm not in other.costs:
+            other = without.get(n)
+            if other is None or algorithm not in other.costs:
                 continue
             tested = [(p, other.predict(algorithm, p.workers, p.nbytes)) for p in used if p.workers == n]
             held_out += tested
-            by_workers[n] = Errors.of(np.array([abs(q - p.time_s) / p.time_s for p, q in tested]))
-        pooled = Errors.of(np.array([abs(q - p.time_s) / p.time_s for p, q in held_out])) if held_out else None
+            by_workers[n] = Errors.of(np.array([p.error(q) for p, q in tested]))
+        pooled = Errors.of(np.array([p.error(q) for p, q in held_out])) if held_out else None
         result[algorithm] = Check(Errors.of(errors(model, used)), pooled, by_workers, held_out,
                                   [p for p in mine if p.stalled])
     return result
