@@ -42,6 +42,7 @@ typedef struct {
     uint16_t agg_port;
     int job_id, worker_id, num_workers, window, k;
     double give_up_after;
+    double spin;                     /* seconds to keep reading for results before sleeping (JobConfig.spin) */
     int exponent_slack, exponent_margin;
     uint64_t next_seq;
     eng_rto rto;

@@ -277,7 +277,7 @@ static void kick(int fd)
 static void receive(ring_engine *r, recv_batch *in, double timeout, int wake_fd)
 {
     pthread_mutex_unlock(&r->mu);
-    int got = recv_some(in, r->cfg.fd, timeout, wake_fd, 0);
+    int got = recv_some(in, r->cfg.fd, timeout, wake_fd, 0, 0.0);
     pthread_mutex_lock(&r->mu);
     for (int i = 0; i < got; i++) {
         int len;
