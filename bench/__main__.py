@@ -24,9 +24,8 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from hosts.agent import DEFAULT_SPIN
 from hosts.args import settle_elements_per_packet, unwritable
-from hosts.engine import ENGINES
+from hosts.engine import DEFAULT_SPIN, ENGINES
 from hosts.inc import MAX_WINDOW
 from topologies.fabric import Fabric, FabricError, FabricOptions
 from topologies.pieces import (DEFAULT_PROGRAM, PieceError, compile_program, job_elements_per_packet,
@@ -64,7 +63,7 @@ class Plan:
     mtu: int = DEFAULT_MTU                   # of every link: INC, ring and MPI share it
     elements_per_packet: int | None = None   # to build the program with (None: its default)
     leaves: int = 0                          # > 0: a leaf-spine of this many leaves under one spine, not a star
-    spin: float = DEFAULT_SPIN               # seconds INC's engine reads for a result before it sleeps
+    spin: float = DEFAULT_SPIN               # seconds INC's and the ring's engines read before they sleep
 
     def topology(self, n: int) -> Topology:
         """The fabric of n workers: a star, or n / leaves hosts on each leaf of a leaf-spine
@@ -270,8 +269,8 @@ def add_trial_options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--engine", choices=ENGINES, default="c",
                     help="the INC and ring agents' engine: c, compiled (default), or python, the reference")
     ap.add_argument("--spin", type=float, default=DEFAULT_SPIN, metavar="SECONDS",
-                    help="seconds INC's compiled engine reads for a result before it sleeps, as Open MPI's ranks "
-                         f"poll (default {DEFAULT_SPIN})")
+                    help="seconds the compiled engine (INC's and the ring's) reads before it sleeps, as Open MPI's "
+                         f"ranks poll with mpi_yield_when_idle (default {DEFAULT_SPIN}; 0: sleep at once)")
     ap.add_argument("--mtu", type=int, default=DEFAULT_MTU,
                     help=f"MTU of every link, for INC, the ring and MPI alike (default {DEFAULT_MTU}; 9000: jumbo)")
     ap.add_argument("--elements-per-packet", type=int, metavar="K",

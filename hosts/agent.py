@@ -26,6 +26,7 @@ from hosts.inc import (COLL_ALLREDUCE, COLL_BARRIER, COLL_BROADCAST, COLL_REDUCE
                        INC_K, MAX_WINDOW, MAX_WORKERS, OP_ACK, OP_CONTRIB, OP_JOIN, OP_RESULT, REDUCE_SUM,
                        IncFormatError, IncHeader, check_elements_per_packet, elements_view, pack_header, unpack_header,
                        with_flags)
+from hosts.engine import DEFAULT_SPIN
 from hosts.pacing import CongestionWindow, RtoEstimator
 from hosts.transport import Transport, UdpTransport
 
@@ -34,8 +35,6 @@ log = logging.getLogger(__name__)
 # Results of this many later chunks while a chunk has none: it is taken as lost and sent
 # again at once (results come back in seq order when nothing is lost: docs/protocol.md).
 REORDER_THRESHOLD = 3
-# JobConfig.spin's default (seconds), chosen by `python -m bench --spin` on the 2-core bench machine.
-DEFAULT_SPIN = 0.0
 
 
 class IncError(RuntimeError):
@@ -70,9 +69,7 @@ class JobConfig:
     min_rto: float = 0.02        # bounds of the measured retransmission timeout, seconds
     max_rto: float = 2.0
     give_up_after: float = 30.0  # seconds a chunk may wait for its result before IncTimeoutError
-    # Seconds the compiled engine keeps reading (yielding the CPU between reads) before it sleeps
-    # until a result comes: a result due soon costs less awake than woken for. Timing only.
-    spin: float = DEFAULT_SPIN
+    spin: float = DEFAULT_SPIN   # seconds the compiled engine reads before it sleeps
     exponent_slack: int = quantize.EXPONENT_SLACK   # floats: redo a chunk whose exponent was this much too big
     exponent_margin: int = 1     # float32: guess one binade above the exponent agreed for a neighbour
     elements_per_packet: int = INC_K   # K: the job's elements per packet, as its switch program was built

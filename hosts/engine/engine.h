@@ -92,6 +92,7 @@ typedef struct {
     double timeout, ack_delay;
     int64_t max_retries, chunks_per_ack;
     double max_rto;
+    double spin;                     /* seconds a call reads before sleeping (RingConfig.spin) */
     int64_t peer_count;
     const uint32_t *peer_addrs;      /* network order, peer_count of them */
     const uint16_t *peer_ports;
