@@ -25,7 +25,7 @@ import numpy as np
 from tqdm import tqdm
 
 from hosts.args import settle_elements_per_packet, unwritable
-from hosts.engine import ENGINES
+from hosts.engine import DEFAULT_SPIN, ENGINES
 from hosts.inc import MAX_WINDOW
 from topologies.fabric import Fabric, FabricError, FabricOptions
 from topologies.pieces import (DEFAULT_PROGRAM, PieceError, compile_program, job_elements_per_packet,
@@ -63,6 +63,7 @@ class Plan:
     mtu: int = DEFAULT_MTU                   # of every link: INC, ring and MPI share it
     elements_per_packet: int | None = None   # to build the program with (None: its default)
     leaves: int = 0                          # > 0: a leaf-spine of this many leaves under one spine, not a star
+    spin: float = DEFAULT_SPIN               # seconds INC's and the ring's engines read before they sleep
 
     def topology(self, n: int) -> Topology:
         """The fabric of n workers: a star, or n / leaves hosts on each leaf of a leaf-spine
@@ -89,7 +90,7 @@ class Trials:
             self._start(fabric, host, f"bench-{host}", [
                 sys.executable, "-m", "bench.worker", "--job-id", str(job.job_id), "--rank", str(rank),
                 "--peers", peers, "--window", str(plan.window), "--timeout", str(plan.timeout),
-                "--elements-per-packet", str(self.k), "--engine", plan.engine])
+                "--elements-per-packet", str(self.k), "--engine", plan.engine, "--spin", str(plan.spin)])
             for rank, host in enumerate(job.workers)]
         self.mpi: list[subprocess.Popen] = []
         if "mpi" in plan.algorithms:
@@ -267,6 +268,9 @@ def add_trial_options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--target", choices=("p4sim", "bmv2"), default=os.environ.get("TARGET", "p4sim"))
     ap.add_argument("--engine", choices=ENGINES, default="c",
                     help="the INC and ring agents' engine: c, compiled (default), or python, the reference")
+    ap.add_argument("--spin", type=float, default=DEFAULT_SPIN, metavar="SECONDS",
+                    help="seconds the compiled engine (INC's and the ring's) reads before it sleeps, as Open MPI's "
+                         f"ranks poll with mpi_yield_when_idle (default {DEFAULT_SPIN}; 0: sleep at once)")
     ap.add_argument("--mtu", type=int, default=DEFAULT_MTU,
                     help=f"MTU of every link, for INC, the ring and MPI alike (default {DEFAULT_MTU}; 9000: jumbo)")
     ap.add_argument("--elements-per-packet", type=int, metavar="K",
@@ -334,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
     environment = describe_environment(args.target)
     plan = Plan(args.workers, args.sizes, args.reps, args.reps_large, tuple(args.algorithms), args.dtype,
                 args.window, args.timeout, args.trial_timeout, args.target, args.engine, args.mtu,
-                args.elements_per_packet, args.leaves)
+                args.elements_per_packet, args.leaves, args.spin)
     options = FabricOptions(target=args.target, build_dir=ROOT / "build" / "bench")
     started = time.monotonic()
     total = (len(plan.workers) * plan.reps if args.budget
@@ -349,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
     k = program_elements_per_packet(results if args.budget else [r for rs in results for r in rs])
     config = {"payload_bytes": 4 * k, "elements_per_packet": k, "mtu": plan.mtu, "dtype": plan.dtype,
               "window": plan.window, "timeout_s": plan.timeout, "reps": plan.reps, "reps_large": plan.reps_large,
-              "engine": plan.engine,
+              "engine": plan.engine, "spin_s": plan.spin,
               "algorithms": list(plan.algorithms), "workers": plan.workers, "leaves": plan.leaves, "sizes": plan.sizes,
               "duration_s": time.monotonic() - started,
               "command": "python -m bench " + " ".join(argv if argv is not None else sys.argv[1:])}
