@@ -137,4 +137,4 @@ DDP_WORKERS ?= 8
 DDP_WIDTH ?= 690
 .PHONY: demo-ddp
 demo-ddp: $(VENV_STAMP)
-	$(PY) -m workloads.ddp_demo --target $(TARGET) --workers $(DDP_WORKERS) --width $(DDP_WIDTH) -o $(RESULTS)/ddp.json
+	$(PY) -m workloads.ddp_demo --target $(TARGET) $(WIDTH) --workers $(DDP_WORKERS) --width $(DDP_WIDTH) -o $(RESULTS)/ddp.json

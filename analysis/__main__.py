@@ -19,7 +19,7 @@ from bench.budget import budget_table
 from hosts.args import unwritable
 
 from . import plots
-from .model import Fabric, Fit, fit, out_of_sample, predict
+from .model import STALL_RATIO, TERMS, Check, Errors, Fabric, Point, Setup, check, fit, points, predict
 
 log = logging.getLogger("analysis")
 BASELINES = ("ring", "mpi")
@@ -29,9 +29,9 @@ PREDICTED_SIZES = (256, 4096, 1 << 20, 64 << 20)
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="python -m analysis",
-        description="Fit a latency model of ring and in-network AllReduce to measured completion "
-                    "times (the JSON `make bench` writes), check it out of sample (fit without one "
-                    "worker count, predict it), plot measured (INC, ring, MPI) and modelled times and "
+        description="Fit a latency model of in-network (INC), host-ring and MPI AllReduce to measured "
+                    "completion times (the JSON `make bench` writes), check it out of sample (fit without one "
+                    "worker count, predict it), plot measured and modelled times and "
                     "speedups, and predict the speedup of our protocol on a fabric you describe.")
     ap.add_argument("results", type=Path, help="bench JSON (results/bench.json)")
     ap.add_argument("-o", "--out", type=Path, default=None,
@@ -68,9 +68,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         bench = json.loads(args.results.read_text())
         runs, config = bench["runs"], bench["config"]
-        payload, window = int(config["payload_bytes"]), int(config.get("window", 16))
+        setup = Setup.from_bench(bench)
         check_runs(runs)
-        fitted = fit(runs, payload, window)
+        measured = points(runs)
+        fitted = fit(measured, setup)
     except (OSError, ValueError, KeyError, TypeError) as err:
         ap.error(f"{args.results}: not a usable bench result ({err})")
     out = args.out or args.results.parent
@@ -88,23 +89,25 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
 
     real = Fabric.describe(args.link_gbps, args.switch_latency_ns, args.host_overhead_us, args.link_latency_ns,
-                           args.payload_bytes or payload, args.window or window)
+                           args.payload_bytes or setup.payload_bytes, args.window or setup.window)
     real_title = (f"{args.link_gbps:g} Gb/s links, {args.switch_latency_ns:g} ns switch, "
                   f"{args.host_overhead_us:g} us host overhead; {real.window} x {real.payload_bytes} B in flight")
-    plots.completion_times(runs, fitted.fabric, out / "completion_time.png")
-    plots.speedups(runs, fitted.fabric, out / "speedup.png")
+    plots.completion_times(runs, fitted, out / "completion_time.png")
+    plots.speedups(runs, fitted, out / "speedup.png")
     plots.fabric_speedups(real, args.workers, np.geomspace(64, 256 << 20, 80), real_title,
                           out / "fabric_speedup.png")
-    held_out = out_of_sample(runs, payload, window)
+    checks = check(measured, fitted)
     summary = {
         "bench": {"environment": bench.get("environment"), "config": config},
-        "measured_fabric": asdict(fitted.fabric),
-        "fixed_cost": _fixed_cost(fitted.fabric, sorted({r["workers"] for r in runs})),
-        "fit": {"points": fitted.points, "median_abs_rel_error": fitted.median_abs_rel_error,
-                "max_abs_rel_error": fitted.max_abs_rel_error},
-        "out_of_sample": {str(n): {"median_abs_rel_error": h.median_abs_rel_error,
-                                   "max_abs_rel_error": h.max_abs_rel_error, "fabric": asdict(h.fabric)}
-                          for n, h in held_out.items()},
+        "measured_model": {"setup": asdict(setup), "stall_ratio": STALL_RATIO, "costs_s": fitted.costs,
+                           "terms": {a: {t.name: t.meaning for t in TERMS[a]} for a in fitted.costs}},
+        "fit": {a: _errors(c.in_sample) for a, c in checks.items()},
+        "out_of_sample": {a: _errors(c.out_of_sample) | {
+            "by_workers": {str(n): _errors(e) for n, e in c.by_workers.items()},
+            "worst": [_point(p, q) for p, q in sorted(c.held_out, key=lambda pq: -pq[0].error(pq[1]))[:3]]}
+            for a, c in checks.items()},
+        "stalled": [_point(p, fitted.predict(p.algorithm, p.workers, p.nbytes)) for c in checks.values()
+                    for p in c.stalled],
         "points": _points(runs),
         "measured_speedup": {b: _measured_speedups(runs, b) for b in BASELINES},
         "measured_cpu_ratio": {b: _cpu_ratios(runs, b) for b in BASELINES},
@@ -115,14 +118,17 @@ def main(argv: list[str] | None = None) -> int:
     }
     try:
         (out / "model.json").write_text(json.dumps(summary, indent=2))
-        (out / "results.md").write_text(report(summary, fitted, real_title, budget))
+        (out / "results.md").write_text(report(summary, checks, real_title, budget))
     except OSError as err:
         log.error("cannot write into %s: %s", out, err.strerror or err)
         return 1
-    log.info("fit over %d points: median error %.1f%%, max %.1f%%; out of sample: %s", fitted.points,
-             100 * fitted.median_abs_rel_error, 100 * fitted.max_abs_rel_error,
-             ", ".join(f"N={n} median {100 * h.median_abs_rel_error:.1f}% max {100 * h.max_abs_rel_error:.1f}%"
-                       for n, h in held_out.items()))
+    log.info("model error, median / max: %s", "; ".join(
+        f"{a} in sample {_pct(c.in_sample)}, leaving one N out {_pct(c.out_of_sample)}" for a, c in checks.items()))
+    stalled = [p for c in checks.values() for p in c.stalled]
+    if stalled:
+        log.info("left out as stalled (wall time > %g x the workers' CPU: waiting for a timer): %s", STALL_RATIO,
+                 ", ".join(f"{p.algorithm} N={p.workers} {_size(p.nbytes)} {1e3 * p.time_s:.1f} ms for "
+                           f"{1e3 * p.cpu_s:.1f} ms of CPU" for p in stalled))
     for baseline, by_n in summary["measured_speedup"].items():
         for n, by_size in by_n.items():
             log.info("N=%s measured INC speedup over %s: %s", n, baseline,
@@ -156,10 +162,19 @@ def check_runs(runs: list[dict]) -> None:
         raise ValueError(f"no {' or '.join(BASELINES)} runs to compare INC with")
 
 
-def _fixed_cost(fabric: Fabric, workers: list[int]) -> dict:
-    """The fitted cost of a call before any packet: call_s + N x worker_s, per measured N."""
-    return {"call_s": fabric.call_s, "per_worker_s": fabric.worker_s,
-            "by_workers_s": {str(n): fabric.call_s + n * fabric.worker_s for n in workers}}
+def _errors(e: Errors | None) -> dict:
+    if e is None:
+        return {"points": 0, "median_abs_rel_error": None, "max_abs_rel_error": None}
+    return {"points": e.points, "median_abs_rel_error": e.median, "max_abs_rel_error": e.max}
+
+
+def _pct(e: Errors | None) -> str:
+    return "not checked (one worker count)" if e is None else f"{100 * e.median:.1f}% / {100 * e.max:.1f}%"
+
+
+def _point(p: Point, predicted: float) -> dict:
+    return {"algorithm": p.algorithm, "workers": p.workers, "bytes": p.nbytes, "median_s": p.time_s,
+            "cpu_per_call_s": p.cpu_s, "predicted_s": predicted, "rel_error": p.error(predicted)}
 
 
 def _points(runs: list[dict]) -> list[dict]:
@@ -188,7 +203,7 @@ def _cpu_ratios(runs: list[dict], baseline: str) -> dict[str, dict[str, float]]:
     return result
 
 
-def report(summary: dict, fitted: Fit, real_title: str, budget: dict | None) -> str:
+def report(summary: dict, checks: dict[str, Check], real_title: str, budget: dict | None) -> str:
     """results.md: where the numbers came from, then per worker count the medians and p99s
     of every algorithm and INC's speedup over each baseline, the model and its errors."""
     env = summary["bench"]["environment"] or {}
@@ -217,20 +232,31 @@ def report(summary: dict, fitted: Fit, real_title: str, budget: dict | None) -> 
                 cells.append(f"{v:.2f}x" if v is not None else "-")
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
-    f = fitted.fabric
     lines += ["## The model (analysis/model.py)", "",
-              f"Fitted to {fitted.points} INC and ring medians: median error {100 * fitted.median_abs_rel_error:.1f}%, "
-              f"max {100 * fitted.max_abs_rel_error:.1f}%. Out of sample (fit without N, predict N): " + ", ".join(
-                  f"N={n} median {100 * e['median_abs_rel_error']:.1f}% max {100 * e['max_abs_rel_error']:.1f}%"
-                  for n, e in summary["out_of_sample"].items()) + ".",
-              "", f"Parameters: fixed cost per call {1e6 * f.call_s:.0f} us + {1e6 * f.worker_s:.0f} us per worker "
-              f"(" + ", ".join(f"N={n}: {1e6 * v:.0f} us" for n, v in summary["fixed_cost"]["by_workers_s"].items())
-              + f"); alpha {1e6 * f.alpha_s:.0f} us per step; {1e6 * f.switch_packet_s:.1f} us per switch pass "
-              f"(switch and host CPU), {1e6 * f.switch_aggregate_s:.1f} us more for an aggregating one; "
-              f"{1e6 * f.wakeup_s:.1f} us per process wake-up; bandwidth {f.bandwidth_Bps / 1e6:.1f} MB/s.", "",
+              "Time = the sum of each term's count x its fitted cost, per algorithm; fitted by non-negative "
+              "least squares on relative error. *Leaving one N out*: fitted without that worker count's points, "
+              "then predicting them (errors pooled over the held-out points).", "",
+              "| algorithm | term | count | fitted cost |", "|---|---|---|---|"]
+    costs = summary["measured_model"]["costs_s"]
+    for algorithm, meanings in summary["measured_model"]["terms"].items():
+        for name, meaning in meanings.items():
+            lines.append(f"| {algorithm} | {name} | {meaning} | {1e6 * costs[algorithm][name]:.2f} us |")
+    lines += ["", "| algorithm | points | in sample: median / max | leaving one N out: median / max | per held-out N | "
+              "worst held-out points (predicted / measured) |", "|---|---|---|---|---|---|"]
+    for algorithm, c in checks.items():
+        worst = ", ".join(f"N={w['workers']} {_size(w['bytes'])} {1e3 * w['predicted_s']:.2f} / "
+                          f"{1e3 * w['median_s']:.2f} ms" for w in summary["out_of_sample"][algorithm]["worst"])
+        lines.append(f"| {algorithm} | {c.in_sample.points} | {_pct(c.in_sample)} | {_pct(c.out_of_sample)} | "
+                     + ", ".join(f"N={n}: {_pct(e)}" for n, e in c.by_workers.items()) + f" | {worst} |")
+    stalled = summary["stalled"]
+    lines += ["", (f"Left out as stalled (wall time over {STALL_RATIO:g}x the CPU all workers used: the call waited "
+                   "for a timer, which the model does not count): " + ", ".join(
+                       f"{p['algorithm']} N={p['workers']} {_size(p['bytes'])} {1e3 * p['median_s']:.1f} ms for "
+                       f"{1e3 * p['cpu_per_call_s']:.1f} ms of CPU (model {1e3 * p['predicted_s']:.1f} ms)"
+                       for p in stalled) + ".") if stalled else "No point stalled.", "",
               f"Predicted speedup over ring for a real fabric ({real_title}), from our protocol's limits: a host "
               "sends at most window x payload per round trip, one step for INC (its result is its ack), two for "
-              "the ring (a chunk, then its ack); the p4sim costs (switch passes, wake-ups) are 0 there:",
+              "the ring (a chunk, then its ack); the measured machine's costs (calls, wake-ups, per-packet CPU) are 0 there:",
               "",
               "| N | " + " | ".join(_size(s) for s in PREDICTED_SIZES) + " |",
               "|---|" + "---|" * len(PREDICTED_SIZES)]

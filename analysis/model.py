@@ -1,69 +1,260 @@
-"""Latency model of ring, tree and in-network (INC) AllReduce, for our windowed protocols.
+"""Latency models of AllReduce: one fitted to the completion times `bench` measures on the
+emulated fabric (INC, the host ring, MPI_Allreduce), one for a fabric the user describes.
 
-Fitted to the completion times `bench` measures on the emulated fabric, then used to
-predict the same curves for a fabric the user describes. The bench JSON it reads:
-``{"config": {"payload_bytes": P, "window": W, ...}, "runs": [{"algorithm": "inc"|"ring"|
-"mpi", "workers": N, "bytes": S, "times_s": [...]}, ...]}``; MPI runs are measured only.
+The bench JSON it reads: ``{"config": {"payload_bytes": P, "window": W, "mtu": M, ...},
+"environment": {"machine": {"cores": C}}, "runs": [{"algorithm": "inc"|"ring"|"mpi",
+"workers": N, "bytes": S, "times_s": [...], "cpu_s": [...]}, ...]}``.
 """
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 from scipy.optimize import nnls
 
-ALGORITHMS = ("ring", "tree", "inc")
-MODELLED = ("inc", "ring")       # the algorithms measured runs are fitted for
+ALGORITHMS = ("ring", "tree", "inc")      # what a described fabric predicts
+MODELLED = ("inc", "ring", "mpi")         # what the measured model is fitted to
+# A call whose wall time is this many times the CPU all its workers used spent most of it with
+# every worker idle, waiting for a timer (a retransmission, a delayed ack): not a cost the model
+# counts, so such points are left out of the fit and reported as unexplained.
+STALL_RATIO = 3.0
+# Open MPI's TCP transport sends a message up to btl_tcp_eager_limit (64 KiB) at once; a larger
+# one waits for the receiver's go-ahead and moves in pipelined fragments (rendezvous).
+MPI_EAGER_BYTES = 64 << 10
+TCP_IP_HEADERS = 52                       # IPv4 20 + TCP 20 + timestamps 12: MSS = MTU - 52
 
 
 @dataclass(frozen=True)
-class Fabric:
-    """What a completion time is made of, per AllReduce. Every parameter is a time per event
-    that `terms` counts; the fit finds them for the measured machine, `describe` sets them for
-    a real fabric.
+class Setup:
+    """What the counts depend on besides N and S: the measured protocol and machine."""
+    payload_bytes: int        # tensor bytes per INC packet and ring chunk
+    window: int               # packets in flight per worker
+    cores: int = 2            # cores the workers and the switch share
+    mtu: int = 1500           # MPI's TCP segments are MTU - 52 bytes
 
-    call_s, worker_s: the fixed cost of a call, call_s + N * worker_s: what a call costs
-        beyond its packets (setup, waking N processes that share the machine's cores).
-    alpha_s: latency of one communication step: host send and receive overhead plus
-        two link traversals and one switch pipeline (host -> switch -> host).
+    @classmethod
+    def from_bench(cls, bench: dict) -> "Setup":
+        config, machine = bench["config"], (bench.get("environment") or {}).get("machine") or {}
+        return cls(int(config["payload_bytes"]), int(config.get("window", 16)), int(machine.get("cores") or 2),
+                   int(config.get("mtu") or 1500))
+
+    def packets(self, nbytes: float) -> int:
+        return max(1, math.ceil(nbytes / self.payload_bytes))
+
+    def segments(self, nbytes: float) -> int:
+        return max(1, math.ceil(nbytes / (self.mtu - TCP_IP_HEADERS)))
+
+
+@dataclass(frozen=True)
+class Term:
+    """One cost: a time per event, paid `count(N, S, setup)` times per call."""
+    name: str
+    meaning: str
+    count: Callable[[int, int, Setup], float]
+
+
+CALL = Term("call", "per call: entering the API, the engine's setup, handing back the result",
+            lambda n, s, setup: 1.0)
+WAKEUPS = Term("wakeups", "per worker woken once per call, waiting behind the others for one of the C cores: "
+                          "N x N/C", lambda n, s, setup: n * n / setup.cores)
+
+TERMS: dict[str, tuple[Term, ...]] = {
+    "inc": (
+        CALL, WAKEUPS,
+        Term("window_packets", "per packet a worker sends in its first window, at once in one batch, and its "
+                               "result (switch ingress, N egress replicas, host pack/unpack): N x min(m, W)",
+             lambda n, s, setup: n * min(setup.packets(s), setup.window)),
+        Term("window_slots", "per slot of the first window: the switch takes one packet of every worker per "
+                             "batch and multicasts each result once, so batches scale with slots, not N: "
+                             "min(m, W)",
+             lambda n, s, setup: min(setup.packets(s), setup.window)),
+        Term("paced_packets", "per packet past the first window: sent when a result frees its slot, one "
+                              "wake-up and one system call each: N x max(0, m - W)",
+             lambda n, s, setup: n * max(0, setup.packets(s) - setup.window)),
+    ),
+    "ring": (
+        CALL, WAKEUPS,
+        Term("chunks", "per chunk over all links (sender, two switch passes, receiver, its share of acks): "
+                       "2(N-1) x m", lambda n, s, setup: 2 * (n - 1) * setup.packets(s)),
+        Term("chained_chunks", "per chunk of the busiest link, whose 2(N-1) steps follow one another: "
+                               "2(N-1) x ceil(m/N)",
+             lambda n, s, setup: 2 * (n - 1) * math.ceil(setup.packets(s) / n)),
+    ),
+    "mpi": (
+        CALL, WAKEUPS,
+        Term("segments", "per TCP segment through the switch and two kernels, over every rank's messages of "
+                         "Open MPI's algorithm for N and S (`mpi_messages`): N x sum of ceil(message/MSS)",
+             lambda n, s, setup: n * sum(setup.segments(x) for x in mpi_messages(n, s))),
+        Term("rendezvous_segments", f"per segment of a message past the eager limit ({MPI_EAGER_BYTES >> 10} KiB), "
+                                    "moved in fragments after a handshake: the same count over those messages",
+             lambda n, s, setup: n * sum(setup.segments(x) for x in mpi_messages(n, s) if x > MPI_EAGER_BYTES)),
+    ),
+}
+
+
+def mpi_messages(workers: int, nbytes: int) -> list[int]:
+    """The bytes a rank sends in each step of the algorithm Open MPI 4.1's fixed decision picks
+    for a commutative MPI_Allreduce (coll/tuned): recursive doubling for small messages
+    (log2 N steps of S), the ring at N < 4 for mid sizes (2(N-1) steps of S/N), Rabenseifner for
+    large ones (recursive halving then doubling: S/2, S/4, ... and back), as it decides for
+    N < 16 (larger N: the same shapes); N not a power of two: as the next one up."""
+    steps = max(1, math.ceil(math.log2(workers)))
+    small = (8 <= nbytes < 4096 or 8192 <= nbytes < 16384) if workers < 4 else nbytes < 8192
+    if small:
+        return [nbytes] * steps
+    if workers < 4 and nbytes < 256 << 10:
+        return [math.ceil(nbytes / workers)] * (2 * (workers - 1))
+    halves = [math.ceil(nbytes / (2 << k)) for k in range(steps)]
+    return halves + halves[::-1]
+
+
+def counts(algorithm: str, workers: int, nbytes: int, setup: Setup) -> np.ndarray:
+    """How often each of `TERMS[algorithm]` is paid in one AllReduce of `nbytes` per worker."""
+    if algorithm not in TERMS:
+        raise ValueError(f"no measured model of {algorithm!r}; choose from {MODELLED}")
+    return np.array([t.count(workers, nbytes, setup) for t in TERMS[algorithm]], float)
+
+
+@dataclass(frozen=True)
+class Point:
+    """One measured median; `cpu_s` is all workers' CPU per call, where the bench recorded it."""
+    algorithm: str
+    workers: int
+    nbytes: int
+    time_s: float
+    cpu_s: float | None = None
+
+    @property
+    def stalled(self) -> bool:
+        return self.cpu_s is not None and self.time_s > STALL_RATIO * self.cpu_s
+
+    def error(self, predicted_s: float) -> float:
+        """|predicted - measured| / measured."""
+        return abs(predicted_s - self.time_s) / self.time_s
+
+
+def points(runs: list[dict]) -> list[Point]:
+    """The modelled algorithms' medians."""
+    return [Point(r["algorithm"], int(r["workers"]), int(r["bytes"]), float(np.median(r["times_s"])),
+                  float(np.median(r["cpu_s"])) if r.get("cpu_s") else None)
+            for r in runs if r["algorithm"] in MODELLED]
+
+
+@dataclass(frozen=True)
+class Model:
+    """Seconds per event of each algorithm's terms, on the measured machine."""
+    setup: Setup
+    costs: dict[str, dict[str, float]]       # algorithm -> term name -> seconds per count
+
+    def predict(self, algorithm: str, workers: int, nbytes: int) -> float:
+        cost = self.costs[algorithm]
+        return float(sum(cost[t.name] * c for t, c in zip(TERMS[algorithm],
+                                                            counts(algorithm, workers, nbytes, self.setup))))
+
+
+def fit(pts: list[Point], setup: Setup) -> Model:
+    """Least squares with non-negative costs, per algorithm, over the points that did not stall.
+
+    Time is linear in the costs, so this is a non-negative linear least squares; each point is
+    weighted by 1/time so that the fit minimises relative error (small calls count as much as
+    large ones). An algorithm with fewer such points than terms is left out.
+    """
+    costs = {}
+    for algorithm, terms in TERMS.items():
+        used = [p for p in pts if p.algorithm == algorithm and not p.stalled]
+        if len(used) < len(terms):
+            continue
+        a = np.array([counts(algorithm, p.workers, p.nbytes, setup) for p in used])
+        t = np.array([p.time_s for p in used])
+        coef, _ = nnls(a / t[:, None], np.ones(len(used)))
+        costs[algorithm] = {term.name: float(c) for term, c in zip(terms, coef)}
+    if not costs:
+        need = ", ".join(f"{len(t)} {a}" for a, t in TERMS.items())
+        raise ValueError(f"too few measured points to fit any algorithm (need at least {need} points)")
+    return Model(setup, costs)
+
+
+def errors(model: Model, pts: list[Point]) -> np.ndarray:
+    """|predicted - measured| / measured for each point."""
+    return np.array([p.error(model.predict(p.algorithm, p.workers, p.nbytes)) for p in pts])
+
+
+@dataclass(frozen=True)
+class Errors:
+    points: int
+    median: float
+    max: float
+
+    @classmethod
+    def of(cls, rel: np.ndarray) -> "Errors":
+        return cls(len(rel), float(np.median(rel)), float(np.max(rel)))
+
+
+@dataclass(frozen=True)
+class Check:
+    """How well one algorithm's model does: on the points it was fitted to, and leaving one
+    worker count out (fitted on the others, predicting it), pooled and per held-out N."""
+    in_sample: Errors
+    out_of_sample: Errors | None           # None: fewer than two worker counts to hold one out
+    by_workers: dict[int, Errors]
+    held_out: list[tuple[Point, float]]       # each point and its out-of-sample prediction
+    stalled: list[Point]
+
+
+def check(pts: list[Point], model: Model) -> dict[str, Check]:
+    # One fit per held-out worker count serves every algorithm: fit() fits each on its own points.
+    without: dict[int, Model] = {}
+    for n in sorted({p.workers for p in pts}):
+        try:
+            without[n] = fit([p for p in pts if p.workers != n], model.setup)
+        except ValueError:
+            pass
+    result = {}
+    for algorithm in model.costs:
+        mine = [p for p in pts if p.algorithm == algorithm]
+        used = [p for p in mine if not p.stalled]
+        held_out: list[tuple[Point, float]] = []
+        by_workers = {}
+        for n in sorted({p.workers for p in used}):
+            other = without.get(n)
+            if other is None or algorithm not in other.costs:
+                continue
+            tested = [(p, other.predict(algorithm, p.workers, p.nbytes)) for p in used if p.workers == n]
+            held_out += tested
+            by_workers[n] = Errors.of(np.array([p.error(q) for p, q in tested]))
+        pooled = Errors.of(np.array([p.error(q) for p, q in held_out])) if held_out else None
+        result[algorithm] = Check(Errors.of(errors(model, used)), pooled, by_workers, held_out,
+                                  [p for p in mine if p.stalled])
+    return result
+
+
+# ---- A described fabric: our protocol's own limits on real links and a line-rate switch ----
+
+@dataclass(frozen=True)
+class Fabric:
+    """A real fabric from its data-sheet numbers, running our protocol.
+
+    alpha_s: latency of one communication step: host send and receive overhead plus two link
+        traversals and one switch pipeline (host -> switch -> host).
     bandwidth_Bps: bytes per second one host's link carries (full duplex).
-    switch_packet_s: CPU time per switch pipeline pass (ingress or one egress replica), with
-        the sending and receiving hosts' own per-packet work: on the measured machine the
-        switch and N hosts share 2 cores, so the two cannot be told apart and are one cost.
-        A hardware switch and NIC run at line rate: 0 there.
-    switch_aggregate_s: what an aggregating pass (INC's contribution: register reads and
-        writes for every element) costs on top of switch_packet_s; 0 at line rate.
-    wakeup_s: one process woken for packets it waits for (a context switch on shared cores):
-        a ring receiver once per step it gets chunks in, a sender per ack that frees its window,
-        an INC worker once for its first results and once per later result that frees a slot.
-    payload_bytes: tensor bytes per packet; window: packets in flight (INC slots, or the
-        ring's unacknowledged chunks), which the ring acknowledges every window / 2 chunks.
-    window_limited: whether a host's rate is also capped at window x payload per round trip
-        (INC's round trip is one step, the ring's a chunk and its ack, two). True for a
-        described fabric; False for the measured one, whose CPU costs keep it far below that
-        cap (16 x 128 B per ~0.2 ms step is ~10 MB/s, against the ~0.6 MB/s INC reaches).
+    payload_bytes, window: tensor bytes per packet and packets in flight per sender.
+    window_limited: a sender has at most `window` packets of `payload_bytes` in flight per
+        round trip (one step for INC, whose result is its ack; two for the ring, a chunk and
+        its ack), so it sends at the smaller of the link's rate and window x payload per round trip.
     """
     alpha_s: float
     bandwidth_Bps: float
-    switch_packet_s: float = 0.0
-    switch_aggregate_s: float = 0.0
-    wakeup_s: float = 0.0
-    call_s: float = 0.0
-    worker_s: float = 0.0
-    payload_bytes: int = 128
-    window: int = 16
-    window_limited: bool = False
+    payload_bytes: int = 1024
+    window: int = 128
+    window_limited: bool = True
 
     @classmethod
     def describe(cls, link_gbps: float, switch_latency_ns: float, host_overhead_us: float,
-                 link_latency_ns: float = 100.0, payload_bytes: int = 128, window: int = 16) -> "Fabric":
-        """A real fabric from its data-sheet numbers, running our protocol: a sender has at
-        most `window` packets of `payload_bytes` in flight per round trip, so it sends at the
-        smaller of the link's rate and window x payload per round trip."""
+                 link_latency_ns: float = 100.0, payload_bytes: int = 1024, window: int = 128) -> "Fabric":
         alpha = host_overhead_us * 1e-6 + 2 * link_latency_ns * 1e-9 + switch_latency_ns * 1e-9
-        return cls(alpha_s=alpha, bandwidth_Bps=link_gbps * 1e9 / 8, payload_bytes=payload_bytes, window=window,
-                   window_limited=True)
+        return cls(alpha_s=alpha, bandwidth_Bps=link_gbps * 1e9 / 8, payload_bytes=payload_bytes, window=window)
 
     def rate_Bps(self, algorithm: str) -> float:
         """Bytes per second a host sends: the link's, or less if the window per round trip caps it."""
@@ -79,138 +270,26 @@ ROUND_TRIP_STEPS = {"inc": 1, "ring": 2, "tree": 2}
 
 
 @dataclass(frozen=True)
-class Terms:
-    """How often each cost of `Fabric` is paid in one AllReduce of one size."""
-    calls: int
-    workers: int
+class Steps:
     steps: int             # dependent latency steps
     host_bytes: int        # bytes a host sends in sequence
-    passes: int            # switch pipeline passes, data and acks
-    aggregating: int       # of which aggregating (INC's contributions)
-    wakeups: int
-    chunks: int = 0        # the ring's data chunks and acks over all links (each two passes)
-    acks: int = 0
-
-    def as_row(self) -> tuple[float, ...]:
-        return (self.calls, self.workers, self.steps, self.host_bytes, self.passes, self.aggregating,
-                self.wakeups)
 
 
-def _packets(nbytes: float, payload: int) -> int:
-    return max(1, math.ceil(nbytes / payload))
-
-
-def terms(algorithm: str, workers: int, nbytes: int, payload: int, window: int = 16) -> Terms:
-    """The counts of one AllReduce of `nbytes` per worker, for our protocols (hosts/ring.py,
-    hosts/agent.py) with `payload` bytes per packet and `window` packets in flight.
-
-    Ring: 2(N-1) steps. The m chunks are cut into N segments; with m < N only m of them hold
-        a chunk and the others send nothing, so a step carries m chunks over min(N, m) links,
-        the slowest ceil(m/N). A receiver acks every window/2 in-order chunks, counted over
-        the call (a link carries 2(N-1)m/N chunks); the last few wait for the delayed-ack
-        timer, after the call. Each chunk and ack is one ingress and one egress pass. Each
-        link-step with data wakes its receiver once, and its sender once per ack it waits
-        for beyond the first window.
-    Tree: a pipelined binary reduce then broadcast over the hosts, 2*ceil(log2 N) steps
-        of latency; an inner node takes 2S from its children and sends 2S to them, and
-        each of the 2(N-1) tree edges carries S (for comparison on a described fabric only).
-    INC: one step; each host sends m packets and gets m back; the switch runs ingress once
-        per contribution (aggregating) and egress once per result replica. A worker sends
-        its first window at once, then one packet per result that frees a slot.
-    """
-    n = workers
-    m = _packets(nbytes, payload)
-    per_ack = max(1, window // 2)
+def steps(algorithm: str, workers: int, nbytes: int, payload: int) -> Steps:
+    """Ring: 2(N-1) steps, each moving ceil(m/N) of the m packets over every link. Tree: a
+    pipelined binary reduce then broadcast, 2 ceil(log2 N) steps; an inner node sends 2S. INC:
+    one step; each host sends its m packets and gets m results back."""
+    n, m = workers, max(1, math.ceil(nbytes / payload))
     if algorithm == "ring":
-        steps, links, per_link = 2 * (n - 1), min(n, m), math.ceil(m / n)
-        acks = n * (steps * m // (n * per_ack))
-        link_steps = steps * links
-        waits = math.ceil(max(0, per_link - window) / per_ack)
-        return Terms(1, n, steps, steps * per_link * payload, 2 * (steps * m + acks), 0,
-                     link_steps * (1 + waits), chunks=steps * m, acks=acks)
+        return Steps(2 * (n - 1), 2 * (n - 1) * math.ceil(m / n) * payload)
     if algorithm == "tree":
-        return Terms(1, n, 2 * math.ceil(math.log2(n)), 2 * m * payload, 4 * (n - 1) * m, 0, 0)
+        return Steps(2 * math.ceil(math.log2(n)), 2 * m * payload)
     if algorithm == "inc":
-        return Terms(1, n, 1, m * payload, 2 * n * m, n * m, n * (1 + max(0, m - window)))
+        return Steps(1, m * payload)
     raise ValueError(f"unknown algorithm {algorithm!r}; choose from {ALGORITHMS}")
 
 
 def predict(fabric: Fabric, algorithm: str, workers: int, nbytes: int) -> float:
-    """Completion time in seconds."""
-    t = terms(algorithm, workers, nbytes, fabric.payload_bytes, fabric.window)
-    return (t.calls * fabric.call_s + t.workers * fabric.worker_s + t.steps * fabric.alpha_s
-            + t.host_bytes / fabric.rate_Bps(algorithm) + t.passes * fabric.switch_packet_s
-            + t.aggregating * fabric.switch_aggregate_s + t.wakeups * fabric.wakeup_s)
-
-
-@dataclass(frozen=True)
-class Fit:
-    fabric: Fabric
-    median_abs_rel_error: float      # over the measured points
-    max_abs_rel_error: float
-    points: int
-
-
-def modelled(runs: list[dict]) -> list[dict]:
-    """The runs the model is fitted to and judged on: INC and ring."""
-    return [r for r in runs if r["algorithm"] in MODELLED]
-
-
-PARAMETERS = 7
-
-
-def fit(runs: list[dict], payload_bytes: int, window: int = 16) -> Fit:
-    """Least squares with non-negative parameters over the INC and ring runs' median times.
-
-    The seven parameters (fixed cost per call and per worker, alpha, 1/bandwidth, time per
-    switch pass, the extra of an aggregating pass, per wake-up) are linear
-    in the counts of `terms`, so this is a non-negative linear least squares. Each point is
-    weighted by 1/time so that small messages count as much as large ones: the fit minimises
-    relative error, which is what a speedup plot shows.
-    """
-    runs = modelled(runs)
-    if len(runs) < PARAMETERS:
-        raise ValueError(f"need at least {PARAMETERS} measured INC or ring points to fit {PARAMETERS} parameters, "
-                         f"got {len(runs)}")
-    a = np.array([terms(r["algorithm"], r["workers"], r["bytes"], payload_bytes, window).as_row() for r in runs],
-                 float)
-    t = np.array([float(np.median(r["times_s"])) for r in runs])
-    weights = 1.0 / t
-    coef, _ = nnls(a * weights[:, None], t * weights)
-    call, worker, alpha, inv_bw, per_pass, per_aggregate, per_wakeup = (float(c) for c in coef)
-    fabric = Fabric(alpha_s=alpha, bandwidth_Bps=1.0 / inv_bw if inv_bw > 0 else math.inf,
-                    switch_packet_s=per_pass, switch_aggregate_s=per_aggregate, wakeup_s=per_wakeup,
-                    call_s=call, worker_s=worker, payload_bytes=payload_bytes, window=window)
-    rel = errors(fabric, runs)
-    return Fit(fabric, float(np.median(rel)), float(rel.max()), len(runs))
-
-
-def errors(fabric: Fabric, runs: list[dict]) -> np.ndarray:
-    """|predicted - measured median| / measured median for each INC and ring run."""
-    runs = modelled(runs)
-    t = np.array([float(np.median(r["times_s"])) for r in runs])
-    predicted = np.array([predict(fabric, r["algorithm"], r["workers"], r["bytes"]) for r in runs])
-    return np.abs(predicted - t) / t
-
-
-@dataclass(frozen=True)
-class HeldOut:
-    """The model fitted without one worker count, and its error predicting that count."""
-    fabric: Fabric
-    median_abs_rel_error: float
-    max_abs_rel_error: float
-
-
-def out_of_sample(runs: list[dict], payload_bytes: int, window: int = 16) -> dict[int, HeldOut]:
-    """For each worker count N: fit without N's runs, predict them with `predict`, the same
-    function the plots and the described fabric use."""
-    result = {}
-    for n in sorted({r["workers"] for r in modelled(runs)}):
-        held_in = [r for r in runs if r["workers"] != n]
-        try:
-            fabric = fit(held_in, payload_bytes, window).fabric
-        except ValueError:
-            continue
-        rel = errors(fabric, [r for r in runs if r["workers"] == n])
-        result[n] = HeldOut(fabric, float(np.median(rel)), float(rel.max()))
-    return result
+    """Completion time in seconds on a described fabric."""
+    s = steps(algorithm, workers, nbytes, fabric.payload_bytes)
+    return s.steps * fabric.alpha_s + s.host_bytes / fabric.rate_Bps(algorithm)

@@ -9,7 +9,7 @@ matplotlib.use("Agg")   # files only: no display on a switch host or in CI
 import matplotlib.pyplot as plt
 import numpy as np
 
-from .model import MODELLED, Fabric, predict
+from .model import Fabric, Model, predict
 
 COLOURS = {"inc": "tab:blue", "ring": "tab:orange", "mpi": "tab:red", "tree": "tab:green"}
 LABELS = {"inc": "INC", "ring": "ring", "mpi": "MPI_Allreduce", "tree": "tree"}
@@ -26,9 +26,9 @@ def _by(runs: list[dict], algorithm: str, workers: int) -> list[dict]:
                   key=lambda r: r["bytes"])
 
 
-def completion_times(runs: list[dict], fabric: Fabric, out: Path) -> None:
+def completion_times(runs: list[dict], model: Model, out: Path) -> None:
     """Time vs message size per worker count: measured medians (bars: 25th percentile to
-    p99) for INC, ring and MPI, and the model's lines for INC and ring; below, where the bench
+    p99) for INC, ring and MPI, and the model's line for each; below, where the bench
     measured it, the host CPU each call cost (all workers' user + system time, summed)."""
     workers = sorted({r["workers"] for r in runs})
     with_cpu = any("cpu_s" in r for r in runs)
@@ -46,8 +46,8 @@ def completion_times(runs: list[dict], fabric: Fabric, out: Path) -> None:
             q = np.array([np.percentile(r["times_s"], [25, 50, 99]) for r in pts])
             ax.errorbar(x, q[:, 1], yerr=[q[:, 1] - q[:, 0], q[:, 2] - q[:, 1]], fmt="o", capsize=2,
                         color=COLOURS[alg], label=f"{LABELS[alg]} measured")
-            if alg in MODELLED:
-                ax.plot(grid, [predict(fabric, alg, n, s) for s in grid], "-", color=COLOURS[alg],
+            if alg in model.costs:
+                ax.plot(grid, [model.predict(alg, n, s) for s in grid], "-", color=COLOURS[alg],
                         alpha=0.6, label=f"{LABELS[alg]} model")
         ax.set(xscale="log", yscale="log", title=f"N = {n} workers (median; bars 25th pct to p99)",
                xlabel="message size per worker (bytes)", ylabel="completion time (s)")
@@ -75,8 +75,8 @@ def host_cpu(runs: list[dict], axes: np.ndarray, workers: list[int]) -> None:
         ax.legend(fontsize="small")
 
 
-def speedups(runs: list[dict], fabric: Fabric, out: Path) -> None:
-    """Baseline time / INC time vs size: measured against ring and MPI, and the model's ring line."""
+def speedups(runs: list[dict], model: Model, out: Path) -> None:
+    """Baseline time / INC time vs size: measured against ring and MPI, and the model's lines."""
     fig, ax = plt.subplots(figsize=(7.5, 5.5))
     grid = _sizes(runs)
     for i, n in enumerate(sorted({r["workers"] for r in runs})):
@@ -86,10 +86,12 @@ def speedups(runs: list[dict], fabric: Fabric, out: Path) -> None:
             other = {r["bytes"]: np.median(r["times_s"]) for r in _by(runs, baseline, n)}
             both = sorted(inc.keys() & other.keys())
             if both:
-                ax.plot(both, [other[s] / inc[s] for s in both], marker, ls=":" if baseline == "mpi" else "",
-                        color=colour, label=f"N={n} over {LABELS[baseline]}, measured")
-        ax.plot(grid, [predict(fabric, "ring", n, s) / predict(fabric, "inc", n, s) for s in grid],
-                "-", color=colour, alpha=0.6, label=f"N={n} over ring, model")
+                ax.plot(both, [other[s] / inc[s] for s in both], marker, color=colour,
+                        label=f"N={n} over {LABELS[baseline]}, measured")
+            if baseline in model.costs and "inc" in model.costs:
+                ax.plot(grid, [model.predict(baseline, n, s) / model.predict("inc", n, s) for s in grid],
+                        "-" if baseline == "ring" else ":", color=colour, alpha=0.6,
+                        label=f"N={n} over {LABELS[baseline]}, model")
     ax.axhline(1.0, color="grey", lw=0.8)
     ax.set(xscale="log", ylim=(0, None), xlabel="message size per worker (bytes)",
            ylabel="speedup of INC (baseline time / INC time)",

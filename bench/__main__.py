@@ -26,7 +26,7 @@ from tqdm import tqdm
 
 from hosts.agent import JobConfig
 from hosts.args import settle_elements_per_packet, unwritable
-from hosts.engine import ENGINES
+from hosts.engine import DEFAULT_SPIN, ENGINES
 from hosts.inc import MAX_WINDOW
 from topologies.fabric import Fabric, FabricError, FabricOptions
 from topologies.pieces import (DEFAULT_PROGRAM, PieceError, compile_program, job_elements_per_packet,
@@ -65,6 +65,7 @@ class Plan:
     elements_per_packet: int | None = None   # to build the program with (None: its default)
     eager_rounds: bool = JobConfig.eager_rounds   # INC workers' eager Broadcast/AllGather rounds
     leaves: int = 0                          # > 0: a leaf-spine of this many leaves under one spine, not a star
+    spin: float = DEFAULT_SPIN               # seconds INC's and the ring's engines read before they sleep
 
     def topology(self, n: int) -> Topology:
         """The fabric of n workers: a star, or n / leaves hosts on each leaf of a leaf-spine
@@ -91,7 +92,7 @@ class Trials:
             self._start(fabric, host, f"bench-{host}", [
                 sys.executable, "-m", "bench.worker", "--job-id", str(job.job_id), "--rank", str(rank),
                 "--peers", peers, "--window", str(plan.window), "--timeout", str(plan.timeout),
-                "--elements-per-packet", str(self.k), "--engine", plan.engine,
+                "--elements-per-packet", str(self.k), "--engine", plan.engine, "--spin", str(plan.spin),
                 "--eager-rounds" if plan.eager_rounds else "--no-eager-rounds"])
             for rank, host in enumerate(job.workers)]
         self.mpi: list[subprocess.Popen] = []
@@ -273,6 +274,9 @@ def add_trial_options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--eager-rounds", action=argparse.BooleanOptionalAction, default=JobConfig.eager_rounds,
                     help="INC workers use eager Broadcast and AllGather rounds (docs/protocol.md; default "
                          f"{'on' if JobConfig.eager_rounds else 'off'}, as JobConfig.eager_rounds)")
+    ap.add_argument("--spin", type=float, default=DEFAULT_SPIN, metavar="SECONDS",
+                    help="seconds the compiled engine (INC's and the ring's) reads before it sleeps, as Open MPI's "
+                         f"ranks poll with mpi_yield_when_idle (default {DEFAULT_SPIN}; 0: sleep at once)")
     ap.add_argument("--mtu", type=int, default=DEFAULT_MTU,
                     help=f"MTU of every link, for INC, the ring and MPI alike (default {DEFAULT_MTU}; 9000: jumbo)")
     ap.add_argument("--elements-per-packet", type=int, metavar="K",
@@ -303,8 +307,9 @@ def build_parser() -> argparse.ArgumentParser:
                          "256 with --budget)")
     ap.add_argument("--reps", type=int, default=20,
                     help=f"repetitions per algorithm and size up to {SMALL_BYTES // 1024} KiB (default 20)")
-    ap.add_argument("--reps-large", type=int, default=3,
-                    help=f"repetitions per algorithm and size above {SMALL_BYTES // 1024} KiB (default 3)")
+    ap.add_argument("--reps-large", type=int, default=7,
+                    help=f"repetitions per algorithm and size above {SMALL_BYTES // 1024} KiB (default 7: medians "
+                         "of 3 differed by up to 58%% between two runs)")
     ap.add_argument("--algorithms", nargs="+", choices=ALGORITHMS, default=list(ALGORITHMS),
                     help="what to measure (default all: inc ring mpi)")
     ap.add_argument("--leaves", type=int, default=0,
@@ -340,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     environment = describe_environment(args.target)
     plan = Plan(args.workers, args.sizes, args.reps, args.reps_large, tuple(args.algorithms), args.dtype,
                 args.window, args.timeout, args.trial_timeout, args.target, args.engine, args.mtu,
-                args.elements_per_packet, args.eager_rounds, args.leaves)
+                args.elements_per_packet, args.eager_rounds, args.leaves, args.spin)
     options = FabricOptions(target=args.target, build_dir=ROOT / "build" / "bench")
     started = time.monotonic()
     total = (len(plan.workers) * plan.reps if args.budget
@@ -355,7 +360,7 @@ def main(argv: list[str] | None = None) -> int:
     k = program_elements_per_packet(results if args.budget else [r for rs in results for r in rs])
     config = {"payload_bytes": 4 * k, "elements_per_packet": k, "mtu": plan.mtu, "dtype": plan.dtype,
               "window": plan.window, "timeout_s": plan.timeout, "reps": plan.reps, "reps_large": plan.reps_large,
-              "engine": plan.engine,
+              "engine": plan.engine, "spin_s": plan.spin,
               "algorithms": list(plan.algorithms), "workers": plan.workers, "leaves": plan.leaves, "sizes": plan.sizes,
               "duration_s": time.monotonic() - started,
               "command": "python -m bench " + " ".join(argv if argv is not None else sys.argv[1:])}

@@ -18,7 +18,7 @@ import time
 import numpy as np
 
 from hosts.agent import IncError, JobConfig, Worker
-from hosts.engine import ENGINES
+from hosts.engine import DEFAULT_SPIN, ENGINES
 from hosts.inc import INC_K, OP_CONTRIB, OP_RESULT, RING_PORT, IncFormatError, IncHeader, pack, unpack_header
 from hosts.ring import RingConfig, RingWorker
 from hosts.transport import UdpPeerTransport, UdpTransport
@@ -121,16 +121,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--eager-rounds", action=argparse.BooleanOptionalAction, default=JobConfig.eager_rounds,
                     help="INC: eager Broadcast and AllGather rounds once the switch says it runs them "
                          f"(default {'on' if JobConfig.eager_rounds else 'off'})")
+    ap.add_argument("--spin", type=float, default=DEFAULT_SPIN, metavar="SECONDS",
+                    help=f"seconds the compiled engine (INC's and the ring's) reads before it sleeps (default {DEFAULT_SPIN})")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     peers = args.peers.split(",")
     n = len(peers)
     try:
         inc = Worker(JobConfig(args.job_id, args.rank, n, window=args.window, timeout=args.timeout,
-                               elements_per_packet=args.elements_per_packet, engine=args.engine,
+                               elements_per_packet=args.elements_per_packet, engine=args.engine, spin=args.spin,
                                eager_rounds=args.eager_rounds), UdpTransport())
         ring = RingWorker(RingConfig(args.job_id, args.rank, n, window=args.window, timeout=args.timeout,
-                                     elements_per_packet=args.elements_per_packet, engine=args.engine),
+                                     elements_per_packet=args.elements_per_packet, engine=args.engine,
+                                     spin=args.spin),
                           UdpPeerTransport([(ip, RING_PORT) for ip in peers]))
     except (ValueError, OSError) as err:
         ap.error(str(err))

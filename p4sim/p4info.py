@@ -172,8 +172,8 @@ def _assign_ids(info: ProgramInfo) -> _Ids:
 
     ids = _Ids()
     taken: set[int] = set()
-    for (prefix, name), annotations in symbols.items():
-        explicit = _explicit_id(prefix, name, annotations)
+    for (prefix, name), notes in symbols.items():
+        explicit = _explicit_id(prefix, name, notes)
         if explicit is not None:
             if explicit in taken:
                 raise ValueError(f"@id {explicit:#x} is assigned to multiple declarations")

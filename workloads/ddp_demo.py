@@ -15,11 +15,13 @@ import time
 from pathlib import Path
 
 from topologies.fabric import Fabric, FabricError, FabricOptions
-from topologies.pieces import DEFAULT_PROGRAM, PieceError, clear_job_slots, compile_program, setup_controller
+from hosts.args import settle_elements_per_packet
+from topologies.pieces import (DEFAULT_PROGRAM, PieceError, clear_job_slots, compile_program, job_elements_per_packet,
+                               setup_controller)
 from topologies.procs import end_child
-from topologies.spec import TopologyError, star
+from topologies.spec import DEFAULT_MTU, TopologyError, star
 from topologies.switches import REPO_ROOT
-from workloads.demo import MASTER_PORT, DemoError
+from workloads.demo import INC_WINDOW, MASTER_PORT, DemoError
 from workloads.ddp import DDP_RTOL
 
 BACKENDS = ("gloo", "p4inc")
@@ -32,13 +34,14 @@ def run_ranks(fabric: Fabric, backend: str, worker_args: list[str], out_dir: Pat
     hosts = [fabric.topo.hosts[h] for h in job.workers]
     out_dir.mkdir(parents=True, exist_ok=True)
     clear_job_slots(fabric.options.topology_path, job.job_id, fabric.options.target)
+    k = job_elements_per_packet(fabric.options.topology_path, job.job_id)
     procs = []
     try:
         for rank, host in enumerate(hosts):
             env = {**os.environ, "OMP_NUM_THREADS": "1", "RANK": str(rank), "WORLD_SIZE": str(len(hosts)),
                    "LOCAL_RANK": "0", "MASTER_ADDR": hosts[0].address, "MASTER_PORT": str(MASTER_PORT),
                    "GLOO_SOCKET_IFNAME": host.intf, "P4INC_INTERFACE": host.intf, "P4INC_JOB_ID": str(job.job_id),
-                   "P4INC_BACKEND": "inc"}
+                   "P4INC_BACKEND": "inc", "P4INC_ELEMENTS_PER_PACKET": str(k), "P4INC_WINDOW": str(INC_WINDOW)}
             with open(out_dir / f"rank{rank}.err", "w") as stderr:
                 procs.append(fabric.popen(host.name, [sys.executable, "-m", "workloads.ddp", "--backend", backend,
                                                       "-o", str(out_dir), *worker_args],
@@ -66,11 +69,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--width", type=int, default=690, help="the model's width (default 690: 3.9 MiB of gradients)")
     p.add_argument("--steps", type=int, default=6, help="training steps per run (default 6)")
     p.add_argument("--target", choices=("p4sim", "bmv2"), default=os.environ.get("TARGET", "p4sim"))
+    p.add_argument("--mtu", type=int, default=DEFAULT_MTU,
+                   help=f"MTU of every link, for both backends (default {DEFAULT_MTU}; 9000: jumbo frames)")
+    p.add_argument("--elements-per-packet", type=int, metavar="K",
+                   help="build the switch program with K elements per packet (default: the target's recommended "
+                        "K, 256 on p4sim and 64 on BMv2)")
     p.add_argument("--run-timeout", type=float, default=900.0, help="seconds a run may take (default 900)")
     p.add_argument("-o", "--out", type=Path, default=REPO_ROOT / "results" / "ddp.json", help="JSON results")
     args = p.parse_args(argv)
     if args.workers < 2 or args.steps < 2 or args.width < 1:
         p.error("--workers and --steps must be at least 2, --width at least 1")
+    settle_elements_per_packet(p, args)
     if os.geteuid() != 0:
         p.error("Mininet needs root")
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
@@ -78,8 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     options = FabricOptions(target=args.target, build_dir=build)
     runs: dict[str, list[dict]] = {}
     try:
-        program = compile_program(args.target, DEFAULT_PROGRAM, build)
-        with Fabric(star(args.workers), options) as fabric:
+        program = compile_program(args.target, DEFAULT_PROGRAM, build, args.elements_per_packet)
+        with Fabric(star(args.workers, mtu=args.mtu), options) as fabric:
             setup_controller(options.topology_path, build, program, args.target)
             for backend in BACKENDS:
                 runs[backend] = run_ranks(fabric, backend, ["--steps", str(args.steps), "--width", str(args.width)],
@@ -100,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({
         "workers": args.workers, "width": args.width, "steps": args.steps, "gradient_mib": gradient_mib,
-        "target": args.target, "median_step_s": median, "max_param_difference": apart, "correct": correct,
+        "target": args.target, "mtu": args.mtu, "elements_per_packet": args.elements_per_packet,
+        "window": INC_WINDOW, "median_step_s": median, "max_param_difference": apart, "correct": correct,
         "step_s": {b: runs[b][0]["step_s"].tolist() for b in BACKENDS}}, indent=2))
     print(f"wrote {args.out}")
     return 0 if correct else 1

@@ -24,6 +24,11 @@ log = logging.getLogger(__name__)
 HERE = Path(__file__).resolve().parent
 SOURCES = ("engine.h", "internal.h", "pacing.c", "numerics.c", "net.c", "inc.c", "ring.c")
 ENGINES = ("c", "python")
+# Seconds an engine keeps reading (yielding the CPU between reads) before it sleeps until a
+# datagram comes, as Open MPI's ranks poll with mpi_yield_when_idle: a result due within
+# microseconds costs less awake than woken for. `python -m bench --spin` chose it on the
+# 2-core bench machine (docs/measurements.md); timing only, never what is sent.
+DEFAULT_SPIN = 0.0001
 DTYPES = {np.dtype(np.int32): 0, np.dtype(np.float32): 1, np.dtype(np.float16): 2, BFLOAT16: 3}
 # The numbers C shares with Python, passed as -D flags (internal.h): one home for each.
 DEFINES = {"INC_VERSION": protocol.INC_VERSION, "INC_HEADER_SIZE": protocol.HEADER_SIZE,
@@ -32,7 +37,7 @@ DEFINES = {"INC_VERSION": protocol.INC_VERSION, "INC_HEADER_SIZE": protocol.HEAD
                "FLAG_RETRANSMIT", "FLAG_EAGER", "COLL_BROADCAST", "COLL_BARRIER")},
            **{name: getattr(quantize, name) for name in ("EXPONENT_MIN", "EXPONENT_MAX", "WIRE_BITS")}}
 
-__all__ = ["BuildError", "ENGINES", "DTYPES", "DEFINES", "library", "unavailable", "address"]
+__all__ = ["BuildError", "DEFAULT_SPIN", "ENGINES", "DTYPES", "DEFINES", "library", "unavailable", "address"]
 
 
 @functools.lru_cache(maxsize=1)

@@ -552,7 +552,7 @@ static void exchange(call_t *t)
         /* Results already here come first: a worker that was not scheduled for a while must
            not take its own lateness for the switch's. */
         t0 = eng_now();
-        int got = recv_some(t->in, e->fd, fmax(0.0, wake - t0), -1, drained);
+        int got = recv_some(t->in, e->fd, fmax(0.0, wake - t0), -1, drained, e->spin);
         drained = got < BATCH;
         int progress = 0;
         for (int i = 0; i < got; i++) {

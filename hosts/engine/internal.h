@@ -68,8 +68,9 @@ void recv_free(recv_batch *r);
 /* Up to BATCH datagrams, waiting at most `timeout` seconds (0: only what is there) for the first;
    wake_fd (or -1) ends the wait early when readable. Returns how many, or -1 if interrupted.
    `drained`: the last read found the socket empty, so wait before reading (one system call
-   fewer per datagram when they come one at a time). */
-int recv_some(recv_batch *r, int fd, double timeout, int wake_fd, int drained);
+   fewer per datagram when they come one at a time). `spin`: seconds of the wait spent reading
+   and yielding the CPU before sleeping in poll (0: sleep at once). */
+int recv_some(recv_batch *r, int fd, double timeout, int wake_fd, int drained, double spin);
 const uint8_t *recv_data(const recv_batch *r, int i, int *len, const struct sockaddr_in **from);
 
 int quantize_scale(int num_workers, int exponent);

@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <math.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -148,7 +149,7 @@ void recv_free(recv_batch *r)
     r->buffers = NULL;
 }
 
-int recv_some(recv_batch *r, int fd, double timeout, int wake_fd, int drained)
+int recv_some(recv_batch *r, int fd, double timeout, int wake_fd, int drained, double spin)
 {
     for (int i = 0; i < BATCH; i++)
         r->msgs[i].msg_hdr.msg_namelen = sizeof r->names[i];
@@ -159,6 +160,20 @@ int recv_some(recv_batch *r, int fd, double timeout, int wake_fd, int drained)
         return got;
     if (timeout <= 0)
         return 0;
+    /* A result due within microseconds costs less to wait for awake than to be woken for
+       (a sleep and a wake-up each way); yielding lets the switch and the other workers run. */
+    if (spin > 0) {
+        double start = eng_now(), until = start + fmin(spin, timeout);
+        for (double now = start; now < until; now = eng_now()) {
+            sched_yield();
+            got = recvmmsg(fd, r->msgs, BATCH, MSG_DONTWAIT, NULL);
+            if (got > 0)
+                return got;
+        }
+        timeout -= eng_now() - start;
+        if (timeout <= 0)
+            return 0;
+    }
     struct pollfd p[2] = {{.fd = fd, .events = POLLIN}, {.fd = wake_fd, .events = POLLIN}};
     struct timespec ts = {.tv_sec = (time_t)timeout, .tv_nsec = (long)((timeout - floor(timeout)) * 1e9)};
     if (isinf(timeout))

@@ -272,12 +272,12 @@ static void kick(int fd)
         ;
 }
 
-/* Read what has come (waiting up to `timeout`) and take it; the lock is held on entry and
-   exit, not during the wait. */
-static void receive(ring_engine *r, recv_batch *in, double timeout, int wake_fd)
+/* Read what has come (waiting up to `timeout`, the first `spin` seconds awake) and take it;
+   the lock is held on entry and exit, not during the wait. */
+static void receive(ring_engine *r, recv_batch *in, double timeout, int wake_fd, double spin)
 {
     pthread_mutex_unlock(&r->mu);
-    int got = recv_some(in, r->cfg.fd, timeout, wake_fd, 0);
+    int got = recv_some(in, r->cfg.fd, timeout, wake_fd, 0, spin);
     pthread_mutex_lock(&r->mu);
     for (int i = 0; i < got; i++) {
         int len;
@@ -300,7 +300,7 @@ static void *serve(void *arg)
             continue;
         }
         double wake = service(r);
-        receive(r, &r->service_in, fmax(0.0, wake - eng_now()), r->service_fd);
+        receive(r, &r->service_in, fmax(0.0, wake - eng_now()), r->service_fd, 0.0);
         drain(r->service_fd);
     }
     pthread_mutex_unlock(&r->mu);
@@ -321,7 +321,7 @@ static int wait_until(ring_engine *r, ring_call *c, int for_acks, int64_t want_s
             return 1;
         double wake = service(r);
         double now = eng_now();
-        receive(r, &r->in, fmax(0.0, fmin(wake, since + limit) - now), r->call_fd);
+        receive(r, &r->in, fmax(0.0, fmin(wake, since + limit) - now), r->call_fd, r->cfg.spin);
         drain(r->call_fd);
         now = eng_now();
         if (r->cumulative != seen[0] || r->stored != seen[1] || r->unacked_count != seen[2]) {

@@ -297,6 +297,18 @@ def test_eager_results_that_come_before_their_call_are_kept_for_it(compiled: Non
     assert eager_requests(run.payloads[late], range(1, 1 + chunks)) == []
 
 
+def test_an_engine_that_spins_before_sleeping_sends_the_same_packets(compiled: None, program: Program) -> None:
+    """JobConfig.spin changes when the engine sleeps, not what it sends or gets: under loss, C
+    workers that read for 2 ms before each sleep agree with the Python path bit for bit."""
+    calls = matrix_calls()[:12]
+    runs = [run_job(program, ["python"] * N, calls, LOSSY), run_job(program, ["c"] * N, calls, LOSSY, spin=0.002)]
+    assert runs[1].engines == ["c"] * N
+    assert_jobs_agree(runs)
+    assert all(resent > 0 for run in runs for resent in run.resent), "the loss was not exercised"
+    with pytest.raises(ValueError, match="spin must be"):
+        JobConfig(1, 0, 2, spin=-0.001)
+
+
 @pytest.mark.parametrize("k", [1, 7, 64])
 def test_other_elements_per_packet_agree_between_engines(compiled: None, program: Program, k: int) -> None:
     """K is the job's: both engines cut, pack and read packets of k elements (through a

@@ -4,7 +4,7 @@ from __future__ import annotations
 from ...frontend import ast
 from ...ir import ActionProfileInfo
 from ...frontend.checker import Sym
-from ...frontend.types import BitType, BoolType, ExternType, StackType, is_header
+from ...frontend.types import BitType, BoolType, ExternType, is_header
 from .common import CodeGen, Ctx, attr, mask, mentions, param_py, path_of, py_ident, scalar, unique_actions
 
 MAX_PARSER_STEPS = 1000          # a parser that loops longer fails with ParserTimeout

@@ -189,7 +189,7 @@ class ExprGen(CodeGen):
         return f"(({v}) & {literal(mask(w), t)})"
 
     def x_Binary(self, e: ast.Binary, ctx) -> str:
-        op, t = e.op, e.type
+        op = e.op
         a, b = self.expr(e.left, ctx), self.expr(e.right, ctx)
         if op in ("&&", "||"):
             return f"({a} {op} {b})"

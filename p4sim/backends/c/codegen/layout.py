@@ -139,7 +139,7 @@ class LayoutGen(CodeGen):
                       f"    if (P4S_UNLIKELY(pkt->len - pkt->off < {fixed})) p4s_reject(&P->pipe, 1);",
                       "    const uint8_t *d = pkt->data + pkt->off;"]
             lines += [f"    h->{cid(f)} = {self.read_field(ft, off, 'd')};" for f, ft, off in before]
-            lines += [f"    h->_v = 1;", f"    pkt->off += {fixed};", "}"]
+            lines += ["    h->_v = 1;", f"    pkt->off += {fixed};", "}"]
         else:
             vmax = t.fields[vb].max_width
             lines += [f"static inline void {name}(pl_t *P, p4s_pkt *pkt, {struct_name(t)} *h, uint64_t nbits) {{",

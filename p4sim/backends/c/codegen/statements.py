@@ -347,7 +347,6 @@ class StmtGen(CodeGen):
         for i, tmp, value, pt in scalar_outs:     # Python evaluates these at the call, after the copies
             self.emit(f"{vtype(pt, args[i])} {tmp} = {value};")
         inline = [x for _, x in passed if x is not None]
-        values = [v for v, _ in passed]
         prefix = list(ctx.ctl_args) if callee.kind == "action" and callee not in self.cp.top_actions else []
         name = self.callee_name(callee)
 
