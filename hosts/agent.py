@@ -77,10 +77,9 @@ class JobConfig:
     # "c": the compiled engine (hosts/engine) on a kernel UDP socket, where it builds; "python":
     # this module's own path (always, for other transports). Both send the same packets.
     engine: str = "c"
-    # Eager Broadcast/AllGather rounds (docs/protocol.md) once the switch says it runs them; off by
-    # default until the compiled engine's stall under bursts is fixed (/work/notes/collectives.md).
-    # Every worker of a job must set the same.
-    eager_rounds: bool = False
+    # Eager Broadcast/AllGather rounds (docs/protocol.md) once the switch says it runs them (the
+    # switch's passes per chunk fall from N to about 1). Every worker of a job must set the same.
+    eager_rounds: bool = True
 
     def __post_init__(self) -> None:
         if not 1 <= self.num_workers <= MAX_WORKERS:
