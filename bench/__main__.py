@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from hosts.agent import JobConfig
 from hosts.args import settle_elements_per_packet, unwritable
 from hosts.engine import DEFAULT_SPIN, ENGINES
 from hosts.inc import MAX_WINDOW
@@ -62,6 +63,7 @@ class Plan:
     engine: str = "c"                        # the INC and ring agents' engine (hosts/engine), the same for both
     mtu: int = DEFAULT_MTU                   # of every link: INC, ring and MPI share it
     elements_per_packet: int | None = None   # to build the program with (None: its default)
+    eager_rounds: bool = JobConfig.eager_rounds   # INC workers' eager Broadcast/AllGather rounds
     leaves: int = 0                          # > 0: a leaf-spine of this many leaves under one spine, not a star
     spin: float = DEFAULT_SPIN               # seconds INC's and the ring's engines read before they sleep
 
@@ -90,7 +92,8 @@ class Trials:
             self._start(fabric, host, f"bench-{host}", [
                 sys.executable, "-m", "bench.worker", "--job-id", str(job.job_id), "--rank", str(rank),
                 "--peers", peers, "--window", str(plan.window), "--timeout", str(plan.timeout),
-                "--elements-per-packet", str(self.k), "--engine", plan.engine, "--spin", str(plan.spin)])
+                "--elements-per-packet", str(self.k), "--engine", plan.engine, "--spin", str(plan.spin),
+                "--eager-rounds" if plan.eager_rounds else "--no-eager-rounds"])
             for rank, host in enumerate(job.workers)]
         self.mpi: list[subprocess.Popen] = []
         if "mpi" in plan.algorithms:
@@ -268,6 +271,9 @@ def add_trial_options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--target", choices=("p4sim", "bmv2"), default=os.environ.get("TARGET", "p4sim"))
     ap.add_argument("--engine", choices=ENGINES, default="c",
                     help="the INC and ring agents' engine: c, compiled (default), or python, the reference")
+    ap.add_argument("--eager-rounds", action=argparse.BooleanOptionalAction, default=JobConfig.eager_rounds,
+                    help="INC workers use eager Broadcast and AllGather rounds (docs/protocol.md; default "
+                         f"{'on' if JobConfig.eager_rounds else 'off'}, as JobConfig.eager_rounds)")
     ap.add_argument("--spin", type=float, default=DEFAULT_SPIN, metavar="SECONDS",
                     help="seconds the compiled engine (INC's and the ring's) reads before it sleeps, as Open MPI's "
                          f"ranks poll with mpi_yield_when_idle (default {DEFAULT_SPIN}; 0: sleep at once)")
@@ -339,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     environment = describe_environment(args.target)
     plan = Plan(args.workers, args.sizes, args.reps, args.reps_large, tuple(args.algorithms), args.dtype,
                 args.window, args.timeout, args.trial_timeout, args.target, args.engine, args.mtu,
-                args.elements_per_packet, args.leaves, args.spin)
+                args.elements_per_packet, args.eager_rounds, args.leaves, args.spin)
     options = FabricOptions(target=args.target, build_dir=ROOT / "build" / "bench")
     started = time.monotonic()
     total = (len(plan.workers) * plan.reps if args.budget

@@ -70,19 +70,30 @@ def bench_collectives(plan: Plan, collectives: list[str], options: FabricOptions
         trials.close()
     return [{"collective": c, "algorithm": a, "workers": n, "bytes": s, "elements_per_packet": trials.k,
              **summarise(ts, skews[(c, a, s)], cpus[(c, a, s)]),
-             "checked_results": checked[(c, a, s)], "agent_totals": totals[(c, a, s)]}
+             "checked_results": checked[(c, a, s)], "agent_totals": totals[(c, a, s)],
+             **({"switch_passes_per_chunk": passes_per_chunk(totals[(c, a, s)], n)} if a == "inc" else {})}
             for (c, a, s), ts in times.items()]
 
 
+def passes_per_chunk(totals: dict[str, float], n: int) -> float:
+    """The switch's ingress passes per chunk of a call: every packet the n workers sent (each one
+    pass; retransmissions included) over the call's chunks (each worker counts all of them)."""
+    return totals["packets_sent"] * n / totals["chunks"] if totals.get("chunks") else 0.0
+
+
 def median_table(runs: list[dict]) -> str:
-    """Markdown: per collective and size, the medians of switch and ring and their ratio."""
+    """Markdown: per collective and size, the medians of switch and ring, their ratio, and the
+    switch's passes per chunk."""
     median = {(r["collective"], r["algorithm"], r["bytes"]): r["median_s"] for r in runs}
-    lines = ["| collective | bytes | switch median (ms) | ring median (ms) | ring / switch |",
-             "|---|---:|---:|---:|---:|"]
+    passes = {(r["collective"], r["bytes"]): r.get("switch_passes_per_chunk", 0.0) for r in runs
+              if r["algorithm"] == "inc"}
+    lines = ["| collective | bytes | switch median (ms) | ring median (ms) | ring / switch | switch passes per chunk |",
+             "|---|---:|---:|---:|---:|---:|"]
     for (collective, algorithm, size), inc in median.items():
         ring = median.get((collective, "ring", size))
         if algorithm == "inc" and ring is not None:
-            lines.append(f"| {collective} | {size} | {inc * 1e3:.2f} | {ring * 1e3:.2f} | {ring / inc:.2f} |")
+            lines.append(f"| {collective} | {size} | {inc * 1e3:.2f} | {ring * 1e3:.2f} | {ring / inc:.2f} "
+                         f"| {passes[(collective, size)]:.2f} |")
     return "\n".join(lines)
 
 
@@ -125,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     sizes = args.sizes or DEFAULT_SIZES
     plan = Plan([args.workers], sizes, args.reps, args.reps_large, ("inc", "ring"), args.dtype,
                 args.window, args.timeout, args.trial_timeout, args.target, args.engine, args.mtu,
-                args.elements_per_packet)
+                args.elements_per_packet, args.eager_rounds)
     options = FabricOptions(target=args.target, build_dir=ROOT / "build" / "bench")
     started, load_before = time.monotonic(), os.getloadavg()
     total = 2 * sum(plan.reps_for(s) for c in args.collectives for s in ([0] if c == "barrier" else sizes))
@@ -138,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     k = program_elements_per_packet(runs)
     config = {"payload_bytes": 4 * k, "elements_per_packet": k, "mtu": plan.mtu, "dtype": plan.dtype,
               "window": plan.window, "timeout_s": plan.timeout, "reps": plan.reps, "reps_large": plan.reps_large,
-              "engine": plan.engine,
+              "engine": plan.engine, "eager_rounds": plan.eager_rounds,
               "workers": args.workers, "sizes": sizes, "collectives": args.collectives, "root": COLLECTIVE_ROOT,
               "baselines": {c: BASELINES[c] for c in args.collectives},
               # The machine's 1, 5 and 15 minute load averages: other work on it slows both sides.

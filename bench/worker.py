@@ -118,6 +118,9 @@ def main(argv: list[str] | None = None) -> int:
                          f"(default {INC_K})")
     ap.add_argument("--engine", choices=ENGINES, default="c",
                     help="the agents' engine, INC's and the ring's alike (default c: compiled)")
+    ap.add_argument("--eager-rounds", action=argparse.BooleanOptionalAction, default=JobConfig.eager_rounds,
+                    help="INC: eager Broadcast and AllGather rounds once the switch says it runs them "
+                         f"(default {'on' if JobConfig.eager_rounds else 'off'})")
     ap.add_argument("--spin", type=float, default=DEFAULT_SPIN, metavar="SECONDS",
                     help=f"seconds the compiled engine (INC's and the ring's) reads before it sleeps (default {DEFAULT_SPIN})")
     args = ap.parse_args(argv)
@@ -126,8 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     n = len(peers)
     try:
         inc = Worker(JobConfig(args.job_id, args.rank, n, window=args.window, timeout=args.timeout,
-                               elements_per_packet=args.elements_per_packet, engine=args.engine, spin=args.spin),
-                     UdpTransport())
+                               elements_per_packet=args.elements_per_packet, engine=args.engine, spin=args.spin,
+                               eager_rounds=args.eager_rounds), UdpTransport())
         ring = RingWorker(RingConfig(args.job_id, args.rank, n, window=args.window, timeout=args.timeout,
                                      elements_per_packet=args.elements_per_packet, engine=args.engine,
                                      spin=args.spin),

@@ -22,7 +22,8 @@ from typing import Any, NoReturn
 import numpy as np
 
 from hosts import engine, numerics, quantize
-from hosts.inc import (COLL_ALLREDUCE, COLL_BARRIER, COLL_BROADCAST, COLL_REDUCE, FLAG_OVERFLOW, FLAG_RETRANSMIT,
+from hosts.inc import (COLL_ALLREDUCE, COLL_BARRIER, COLL_BROADCAST, COLL_REDUCE, FLAG_EAGER, FLAG_OVERFLOW,
+                       FLAG_RETRANSMIT,
                        INC_K, MAX_WINDOW, MAX_WORKERS, OP_ACK, OP_CONTRIB, OP_JOIN, OP_RESULT, REDUCE_SUM,
                        IncFormatError, IncHeader, check_elements_per_packet, elements_view, pack_header, unpack_header,
                        with_flags)
@@ -76,6 +77,9 @@ class JobConfig:
     # "c": the compiled engine (hosts/engine) on a kernel UDP socket, where it builds; "python":
     # this module's own path (always, for other transports). Both send the same packets.
     engine: str = "c"
+    # Eager Broadcast/AllGather rounds (docs/protocol.md) once the switch says it runs them (the
+    # switch's passes per chunk fall from N to about 1). Every worker of a job must set the same.
+    eager_rounds: bool = True
 
     def __post_init__(self) -> None:
         if not 1 <= self.num_workers <= MAX_WORKERS:
@@ -119,6 +123,8 @@ class CallStats:
     timeouts: int = 0             # ... because nothing came back for an RTO (counted once per expiry)
     results: int = 0
     duplicate_results: int = 0    # results for chunks already answered (a retransmission's second answer)
+    early_results: int = 0        # results kept from before this worker made their item (its root was ahead)
+    early_drops: int = 0          # results more than a window ahead of this worker: dropped, asked for later
     redone_chunks: int = 0        # float32 chunks sent again at the agreed exponent
     send_waits: int = 0           # sends the kernel refused for a while (EAGAIN/ENOBUFS), then took
     send_drops: int = 0           # sends the kernel never took (counted as lost packets)
@@ -149,7 +155,7 @@ class _Item:
     payload: bytes
     first_sent: float
     last_sent: float
-    timer_from: float         # its timer runs from here (or from the last progress, if later)
+    timer_from: float         # its timer runs from here (or from the last progress, if later); inf: not yet
     timer: float              # its retransmission timeout, seconds
     sends: int = 1
     fast: bool = False        # already sent again on later results
@@ -172,6 +178,13 @@ class Worker:
     _basis: np.ndarray | None = field(default=None, repr=False)   # last float call's agreed exponents
     # When the first result ever came: until then every peer may still be starting up.
     _live_since: float = field(default=math.inf, repr=False)
+    # A result said that the switch runs eager Broadcast rounds (FLAG_EAGER): calls after the one
+    # that saw it use them. Every worker got that call's results before its next call, so all agree.
+    _eager: bool = field(default=False, repr=False)
+    _after_eager: bool = field(default=False, repr=False)   # the last call was eager: it ended on a gate
+    # Results that came before this worker made their item (an eager round's root is ahead of it,
+    # maybe still in the call before), by unwrapped seq: at most a window of them (_keep_early).
+    _early: dict[int, bytes] = field(default_factory=dict, repr=False)
     # The compiled engine, if this worker uses it: then it keeps the timers, the window, the
     # last float call's exponents and the first result's time, and `rto` and `cwnd` are
     # copies of its state, refreshed after each call.
@@ -279,6 +292,7 @@ class Worker:
     def _run(self, call: "_Call") -> np.ndarray:
         try:
             self._exchange(call)
+            self._after_eager = call.eager
             return call.finish()
         finally:
             self._finish_stats(call)
@@ -295,6 +309,7 @@ class Worker:
         window = cfg.window
         first_seq = self.next_seq
         in_flight: dict[int, _Item] = {}        # by wire seq, in item order
+        taken: deque[bytes] = deque()           # kept early results of items just made, read before the socket
         next_item = 0
         last_progress = time.monotonic()
         # No timer is due before `wake`. Timers only move later (progress, resends, backoff) except
@@ -304,7 +319,8 @@ class Worker:
         try:
             while True:
                 # Item j reuses item j - window's slot: it may go once items up to that one are answered.
-                while len(in_flight) < self.cwnd.allowed and next_item < call.answered + window:
+                while (len(in_flight) < self.cwnd.allowed and next_item < call.answered + window
+                       and call.ready(next_item)):
                     t0 = time.monotonic()
                     chunk = call.assign(next_item)
                     if chunk is None:
@@ -312,24 +328,39 @@ class Worker:
                     seq = first_seq + next_item
                     wire_seq = seq & 0xFFFFFFFF
                     payload = call.packet(chunk, seq % window, (seq // window) % 2, wire_seq)
-                    transport.send(payload)
+                    silent = call.silent(next_item)
+                    if not silent:     # a silent item is sent only if its result is lost
+                        transport.send(payload)
+                        stats.packets_sent += 1
+                    early = self._early.pop(seq, None)
+                    if early is not None:
+                        if silent:
+                            taken.append(early)
+                            stats.early_results += 1
+                        else:          # its own packet went, so its answer is still to come
+                            stats.duplicate_results += 1
                     t1 = time.monotonic()
-                    in_flight[wire_seq] = _Item(next_item, chunk, seq, payload, t1, t1, t1, self.rto.rto)
+                    # A silent item's timer waits for a sign that its result is lost (_arm_silent).
+                    in_flight[wire_seq] = _Item(next_item, chunk, seq, payload, t1, t1,
+                                                math.inf if silent else t1, self.rto.rto)
                     if next_item == 0:
                         call.first_sent = t1
                     wake = min(wake, t1 + self.rto.rto)
                     next_item += 1
-                    stats.packets_sent += 1
                     stats.send_s += t1 - t0
                 if call.done:
                     return
+                if call.eager:
+                    wake = min(wake, self._arm_silent(in_flight, call, None))
                 # Results already here come first: a worker that was not scheduled for a while
                 # must not take its own lateness for the switch's.
                 t0 = time.monotonic()
-                data = transport.recv(max(0.0, wake - t0))
-                item = None if data is None else self._accept(data, in_flight, call)
+                data = taken.popleft() if taken else transport.recv(max(0.0, wake - t0))
+                item = None if data is None else self._accept(data, in_flight, call, first_seq + next_item)
                 if item is not None:
                     last_progress = time.monotonic()
+                    if call.eager:
+                        wake = min(wake, self._arm_silent(in_flight, call, item))
                     self._resend_overtaken(item, in_flight, first_seq + next_item - 1, call)
                 t1 = time.monotonic()
                 stats.wait_s += t1 - t0
@@ -340,8 +371,9 @@ class Worker:
         finally:
             self.next_seq = first_seq + next_item
 
-    def _accept(self, data: bytes, in_flight: dict[int, _Item], call: "_Call") -> _Item | None:
-        """The item a result answers (recorded in `call`), or None for anything else."""
+    def _accept(self, data: bytes, in_flight: dict[int, _Item], call: "_Call", unmade: int) -> _Item | None:
+        """The item a result answers (recorded in `call`), or None for anything else (a result
+        for seq `unmade` or later, not made yet, is kept: _keep_early)."""
         try:
             header = unpack_header(data, self.config.elements_per_packet)
         except IncFormatError as e:
@@ -351,18 +383,21 @@ class Worker:
             log.debug("ignoring %s", header)
             return None
         item = in_flight.get(header.seq)
-        if item is None or header.slot != item.seq % self.config.window:    # answered already, or not ours
-            call.stats.duplicate_results += 1
+        if item is None or header.slot != item.seq % self.config.window:
+            self._keep_early(header, data, call, unmade)
             return None
         del in_flight[header.seq]
         now = time.monotonic()
+        self._eager = self._eager or (self.config.eager_rounds and bool(header.flags & FLAG_EAGER))
         self._live_since = min(self._live_since, now)
         # Karn: a retransmitted chunk's answer may be to either copy; a round that waited for
         # some worker's retransmission timed that worker's timer, not the path; and a chunk sent
         # before the job's first result timed the slowest peer's start-up (processes started
         # together begin up to 0.5 s apart on 2 loaded cores), which would set every early
         # starter's RTO to seconds for as long as the call lasts.
-        if item.sends == 1 and not header.flags & FLAG_RETRANSMIT and item.first_sent >= self._live_since:
+        # A silent item's wait timed its root's lateness, not a round trip.
+        if (item.sends == 1 and not header.flags & FLAG_RETRANSMIT and item.first_sent >= self._live_since
+                and not call.silent(item.index)):
             self.rto.sample(now - item.first_sent)
         self.cwnd.on_ack(item.seq)
         if not call.stats.results:
@@ -371,6 +406,22 @@ class Worker:
         call.record(item, header.flags, header.need, data if header.opcode == OP_RESULT else None)
         return item
 
+    def _keep_early(self, header: IncHeader, data: bytes, call: "_Call", unmade: int) -> None:
+        """A result for an item this worker has not made yet: an eager round's root may be ahead of
+        it (it may still be in the call before). Dropped, the item would wait an RTO and ask again;
+        so it is kept for that item, if less than a window ahead (the root is no further unless
+        this worker lost results): seqs unmade .. unmade + window - 1, one per slot, each taken
+        when its item is made. Anything else was answered already, or is not ours."""
+        window = self.config.window
+        ahead = (header.seq - unmade) & 0xFFFFFFFF
+        seq = unmade + ahead
+        if ahead >= 1 << 31 or header.slot != seq % window or seq in self._early:
+            call.stats.duplicate_results += 1
+        elif ahead < window:
+            self._early[seq] = data
+        else:
+            call.stats.early_drops += 1
+
     def _resend_overtaken(self, answered: _Item, in_flight: dict[int, _Item], highest: int,
                           call: "_Call") -> None:
         """Chunks sent before `answered` and REORDER_THRESHOLD or more items older are lost:
@@ -378,12 +429,30 @@ class Worker:
         for it in in_flight.values():
             if it.index > answered.index - REORDER_THRESHOLD:
                 break
-            if it.fast or it.last_sent >= answered.first_sent:
+            if it.fast or it.last_sent >= answered.first_sent or not call.in_order(it.index, answered.index):
                 continue
             it.fast = True
             call.stats.fast_retransmits += 1
             self.cwnd.on_loss(highest)
             self._resend(it, call)
+
+    def _arm_silent(self, in_flight: dict[int, _Item], call: "_Call", answered: _Item | None) -> float:
+        """Start the timers of silent items whose results now look lost: those before `answered`
+        that its result shows lost (call.shows_lost); with `answered` None, the oldest in flight
+        (nothing may show it lost while the call waits on it at a gate: its timer runs from the
+        last progress). Until then a root that is merely late draws no requests. Returns when
+        the first of them is due."""
+        now = time.monotonic()
+        due = math.inf
+        for it in in_flight.values():
+            if answered is not None and it.index >= answered.index:
+                break
+            if it.timer_from == math.inf and (answered is None or call.shows_lost(it.index, answered.index)):
+                it.timer_from, it.timer = now, self.rto.rto
+                due = now + it.timer
+            if answered is None:
+                break
+        return due
 
     def _check_timers(self, in_flight: dict[int, _Item], last_progress: float, highest: int,
                       call: "_Call") -> float:
@@ -400,14 +469,20 @@ class Worker:
                 expired.append(it)
         if expired:
             call.stats.timeouts += 1
-            rto = self.rto.backoff(max(it.timer for it in expired))
-            self.cwnd.on_timeout(highest)
+            if all(call.silent(it.index) for it in expired):
+                # Requests for eager rounds whose root may be late, or have lost its chunk and not yet
+                # sent it again: no sign of congestion, so the RTO stays; each request waits longer.
+                rto = min(self.rto.max_rto, 2 * max(it.timer for it in expired))
+            else:
+                rto = self.rto.backoff(max(it.timer for it in expired))
+                self.cwnd.on_timeout(highest)
             if last_progress < min(it.last_sent for it in expired):
                 # Silence since all of them were sent: a peer has not started this call yet, or the
                 # switch is gone. One probe says when that ends; a window of copies would only queue.
                 # Every timer restarts with the probe's, so they do not expire one by one after it.
                 for it in in_flight.values():
-                    it.timer, it.timer_from = rto, now
+                    if it.timer_from != math.inf:       # silent items still wait for a sign of loss
+                        it.timer, it.timer_from = rto, now
                 expired = expired[:1]
             for it in expired:
                 it.timer = rto
@@ -474,6 +549,7 @@ class _IncEngine:
         e.job_id, e.worker_id, e.num_workers = cfg.job_id, cfg.worker_id, cfg.num_workers
         e.window, e.k, e.give_up_after, e.spin = cfg.window, cfg.elements_per_packet, cfg.give_up_after, cfg.spin
         e.exponent_slack, e.exponent_margin = cfg.exponent_slack, cfg.exponent_margin
+        e.eager_rounds = cfg.eager_rounds
         rto, cwnd = worker.rto, worker.cwnd
         e.rto.initial, e.rto.min_rto, e.rto.max_rto = rto.initial, rto.min_rto, rto.max_rto
         e.rto.min_variance, e.rto.rto = rto.min_variance, rto.rto
@@ -516,7 +592,8 @@ class _IncEngine:
         st = self.stats
         worker.last_stats = CallStats(
             _dtype_name(array.dtype), data.size, chunks, st.packets_sent, st.retransmits, st.fast_retransmits,
-            st.timeouts, st.results, st.duplicate_results, st.redone_chunks, waits, dropped, rto.samples - samples,
+            st.timeouts, st.results, st.duplicate_results, st.early_results, st.early_drops, st.redone_chunks,
+            waits, dropped, rto.samples - samples,
             worker.rto.srtt, st.first_result_s if st.has_first_result else None, worker.rto.rto, worker.cwnd.cwnd,
             st.setup_s, st.exponent_s, st.send_s, st.wait_s, st.retransmit_s, st.finish_s, st.total_s)
         if status == 0:                       # ENG_OK
@@ -574,9 +651,26 @@ class _Call:
         self.reduce_op = REDUCE_SUM
         self.collective = COLL_ALLREDUCE
         self.roots: np.ndarray | None = None     # each chunk's root worker (Reduce, Broadcast)
+        self.eager = False                       # eager Broadcast rounds (_GatherCall)
 
     def root_of(self, chunk: int) -> int:
         return 0 if self.roots is None else int(self.roots[chunk])
+
+    def ready(self, index: int) -> bool:
+        """Whether item `index` may go now, as far as the call is concerned (the window aside)."""
+        return True
+
+    def silent(self, index: int) -> bool:
+        """Whether this worker sends item `index` only to ask again for a lost result."""
+        return False
+
+    def in_order(self, earlier: int, later: int) -> bool:
+        """Whether, with nothing lost, item `earlier`'s result comes before item `later`'s."""
+        return True
+
+    def shows_lost(self, earlier: int, later: int) -> bool:
+        """Whether item `later`'s result, come before silent item `earlier`'s, shows that one lost."""
+        return True
 
     def sends_data(self, chunk: int) -> bool:
         """Whether this worker's packet for `chunk` is a CONTRIB with data, else a header-only JOIN."""
@@ -662,11 +756,43 @@ class _GatherCall(_Int32Call):
     def __init__(self, worker: Worker, words: np.ndarray, roots: np.ndarray, collective: int) -> None:
         super().__init__(worker, words)
         self.collective, self.roots = collective, roots
+        # Eager Broadcast rounds (docs/protocol.md, "Eager rounds"): a gate ends every `period`
+        # items, and the call. A gate goes once items up to `lag` before it are answered. Unless
+        # the last call ended on a gate, items from `window` on wait for the first gate's result.
+        self.eager = worker._eager and collective == COLL_BROADCAST
+        self.window = window = worker.config.window
+        self.lag = window // 4
+        self.period = window - self.lag
+        self.first_gate = -1 if worker._after_eager else min(self.period, self.m) - 1
+
+    def gate(self, index: int) -> bool:
+        """Whether item `index` (= its chunk) is a round of every worker, not an eager one."""
+        return not self.eager or index % self.period == self.period - 1 or index == self.m - 1
+
+    def ready(self, index: int) -> bool:
+        if not self.eager or index >= self.m:
+            return True
+        if self.first_gate >= 0 and index >= self.window and self.answered <= self.first_gate:
+            return False
+        return not self.gate(index) or self.answered >= index - self.lag
+
+    def silent(self, index: int) -> bool:
+        return not self.gate(index) and not self.sends_data(index)
+
+    def in_order(self, earlier: int, later: int) -> bool:
+        # A gate waits for every worker and eager rounds for their own root alone: only one
+        # root's eager rounds come back in seq order.
+        return not self.eager or not self.gate(earlier) and self.root_of(earlier) == self.root_of(later)
+
+    def shows_lost(self, earlier: int, later: int) -> bool:
+        # Every worker sends its items in order: a later result of the same root, or a later gate
+        # (which every root has sent), comes after the root has sent `earlier`.
+        return self.gate(later) or self.root_of(earlier) == self.root_of(later)
 
     def packet(self, chunk: int, slot: int, version: int, seq: int) -> bytes:
-        if self.sends_data(chunk):
-            return super().packet(chunk, slot, version, seq)
-        return self.header(chunk, slot, version, seq)
+        flags = 0 if self.gate(chunk) else FLAG_EAGER
+        header = self.header(chunk, slot, version, seq, flags)
+        return header + self.elements(chunk) if self.sends_data(chunk) else header
 
 
 class _OrderedCall(_Int32Call):

@@ -18,7 +18,7 @@ from scapy.packet import Packet, bind_layers
 # where the packet code and its users have always found them.
 from protocol import (AGG_IP, AGG_MAC, COLL_ALLREDUCE, COLL_BARRIER, COLL_BROADCAST,  # noqa: F401
                       COLL_REDUCE, COLLECTIVES, DEFAULT_ELEMENTS_PER_PACKET,
-                      MAX_ELEMENTS_PER_PACKET, FLAG_OVERFLOW, FLAG_PARTIAL,
+                      MAX_ELEMENTS_PER_PACKET, FLAG_EAGER, FLAG_OVERFLOW, FLAG_PARTIAL,
                       FLAG_RESENT, FLAG_RETRANSMIT, HEADER_ONLY, HEADER_SIZE, INC_PORT, INC_VERSION,
                       MAX_WORKERS, OP_ACK, OP_CONTRIB, OP_JOIN, OP_RESULT, OP_RING, OP_RING_ACK, OPCODES,
                       POOL_SIZE, REDUCE_MAX, REDUCE_MIN, REDUCE_OPS, REDUCE_SUM, RING_PORT)
@@ -76,7 +76,7 @@ class Inc(Packet):
     fields_desc = [
         BitField("version", INC_VERSION, 4),
         BitEnumField("opcode", OP_CONTRIB, 4, OPCODES),
-        FlagsField("flags", 0, 8, ["overflow", "resent", "partial", "retransmit"]),
+        FlagsField("flags", 0, 8, ["overflow", "resent", "partial", "retransmit", "eager"]),
         ShortField("job_id", 0),
         ByteField("worker_id", 0),
         BitField("count", None, 12),         # None: the number of elements given

@@ -138,6 +138,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--elements-per-packet", type=int, default=INC_K, metavar="K",
                    help="the job's elements per packet, as the controller recorded it from the switch program "
                         f"(default {INC_K}); every worker of the job must use the same")
+    p.add_argument("--eager-rounds", action=argparse.BooleanOptionalAction, default=JobConfig.eager_rounds,
+                   help="inc: Broadcast and AllGather chunks completed by their root's packet alone, once the "
+                        "switch says it runs them (docs/protocol.md, \"Eager rounds\"); every worker of the job "
+                        f"must use the same (default {'on' if JobConfig.eager_rounds else 'off'})")
     p.add_argument("-v", "--verbose", action="store_true", help="log every retransmission")
     return p
 
@@ -281,7 +285,8 @@ def make_worker(args: argparse.Namespace) -> Worker | RingWorker:
     config = JobConfig(args.job_id, args.worker_id, args.workers, window=args.window,
                        timeout=JobConfig.timeout if args.timeout is None else args.timeout / 1000,
                        max_rto=args.max_rto / 1000, give_up_after=args.give_up_after,
-                       elements_per_packet=args.elements_per_packet, engine=args.engine)
+                       elements_per_packet=args.elements_per_packet, engine=args.engine,
+                       eager_rounds=args.eager_rounds)
     port = INC_PORT if args.port is None else args.port
     return Worker(config, UdpTransport(args.aggregator, (args.bind, port), args.interface))
 

@@ -4,7 +4,8 @@
 // max) per slot in registers and multicasts the result. The header's collective says who
 // gets the result's data: everyone (AllReduce, Broadcast), or the root alone while the others
 // get a header-only acknowledgement (Reduce, ReduceScatter) or everyone an acknowledgement
-// (Barrier). On a leaf-spine a job can be aggregated on two levels: each leaf sums its own
+// (Barrier). Most Broadcast chunks are eager rounds, which the root's data completes alone. On
+// a leaf-spine a job can be aggregated on two levels: each leaf sums its own
 // workers and sends the spine one partial per slot, the spine sums the leaves' partials and
 // sends its result down through the leaves. Everything else is forwarded as ordinary traffic.
 // Wire format and algorithm: docs/protocol.md.
@@ -50,8 +51,12 @@ const bit<8> FLAG_OVERFLOW = 0x01;  // some element's int32 sum wrapped, or a wo
 const bit<8> FLAG_RESENT   = 0x02;  // a stored result sent again to one worker
 const bit<8> FLAG_PARTIAL  = 0x04;  // between switches: a leaf's partial (up), or a result for leaves (down)
 const bit<8> FLAG_RETRANSMIT = 0x08;  // a contribution sent again; a result of a round that had one
+// A Broadcast chunk whose round the root's data completes alone: the others send no JOIN, only
+// ask again (a JOIN with it) for a result they lost. On a flat job's Broadcast or Barrier result:
+// this switch runs such rounds, so the workers may use them from their next call on.
+const bit<8> FLAG_EAGER = 0x10;
 // What a slot keeps of its contributions' flags, and its result carries.
-const bit<8> ROUND_FLAGS = FLAG_OVERFLOW | FLAG_PARTIAL | FLAG_RETRANSMIT;
+const bit<8> ROUND_FLAGS = FLAG_OVERFLOW | FLAG_PARTIAL | FLAG_RETRANSMIT | FLAG_EAGER;
 
 // Added to set_job's num_workers on a leaf of a hierarchical job: a completed slot holds only
 // this leaf's partial, which goes up to the spine; the spine's result comes back down.
@@ -241,6 +246,7 @@ struct metadata_t {
     bit<32> stored_seq;
     bit<8>  flags;
     bit<8>  need;
+    bit<8>  needed;          // contributions that complete the round: num_workers, or 1 (FLAG_EAGER)
     bit<32> overflow_bits;   // bit 31 set if any element's signed add overflowed
     // for egress
     bit<9>  ingress_port;
@@ -616,8 +622,11 @@ control MyIngress(inout headers_t hdr,
         // or from nobody (Barrier). A JOIN adds zeros, so Broadcast and Barrier must sum.
         bool sends_data = hdr.inc.collective == COLL_ALLREDUCE || hdr.inc.collective == COLL_REDUCE
             || (hdr.inc.collective == COLL_BROADCAST && hdr.inc.worker_id == (bit<8>)hdr.inc.root);
+        // An eager round is a Broadcast's, on one level: the partials of two levels need every leaf.
+        bool eager = (hdr.inc.flags & FLAG_EAGER) != 0;
         if ((!partial && sends_data != (hdr.inc.opcode == OP_CONTRIB))
-                || (hdr.inc.collective >= COLL_BROADCAST && hdr.inc.reduce_op != REDUCE_SUM)) {
+                || (hdr.inc.collective >= COLL_BROADCAST && hdr.inc.reduce_op != REDUCE_SUM)
+                || (eager && (partial || hdr.inc.collective != COLL_BROADCAST))) {
             drop_malformed();
             return;
         }
@@ -629,7 +638,7 @@ control MyIngress(inout headers_t hdr,
         }
         // Worker ids are the job's own on a switch its workers are cabled to; a leaf's workers
         // and a spine's leaves are only some of them, so there the root cannot be checked.
-        if ((from_spine && !meta.leaf_job)
+        if ((from_spine && !meta.leaf_job) || (eager && meta.leaf_job)
                 || (!meta.leaf_job && !partial && (bit<8>)hdr.inc.root >= meta.num_workers)) {
             drop_malformed();
             return;
@@ -662,7 +671,8 @@ control MyIngress(inout headers_t hdr,
         // a newer seq (serial-number order), so a late duplicate of an old round
         // cannot overwrite a result other workers may still need.
         bit<32> seq_delta = hdr.inc.seq - meta.stored_seq;
-        bool complete = meta.count >= meta.num_workers;
+        meta.needed = (meta.flags & FLAG_EAGER) != 0 ? 8w1 : meta.num_workers;
+        bool complete = meta.count >= meta.needed;
         // The spine's result, on a leaf, for the round this leaf completed: down to the leaf's
         // workers, as it is. The leaf keeps only its partial; a worker that lost the result
         // retransmits, and the leaf asks the spine again. The spine never contributes on a
@@ -679,6 +689,16 @@ control MyIngress(inout headers_t hdr,
                     | (meta.flags & FLAG_PARTIAL);
                 meta.need = hdr.inc.need;
                 multicast_result();
+            }
+            return;
+        }
+        // In an eager round the others' JOINs only ask again: the stored result if the root's
+        // data made the round, else nothing yet (they ask again later). They never start one.
+        if (eager && hdr.inc.opcode == OP_JOIN) {
+            if (complete && seq_delta == 0) {
+                resend_result();
+            } else {
+                drop_stale();
             }
             return;
         }
@@ -705,7 +725,8 @@ control MyIngress(inout headers_t hdr,
             add_contribution();
         }
         write_slot();
-        if (meta.count == meta.num_workers) {
+        meta.needed = (meta.flags & FLAG_EAGER) != 0 ? 8w1 : meta.num_workers;
+        if (meta.count == meta.needed) {
             multicast_result();
             if (meta.leaf_job) {           // a leaf's sum is a partial: it goes to the spine
                 standard_metadata.mcast_grp = meta.mcast_grp | UP_GROUP;
@@ -766,6 +787,10 @@ control MyEgress(inout headers_t hdr,
             if (meta.inc_up) {
                 hdr.inc.opcode = OP_CONTRIB;
                 hdr.inc.flags = hdr.inc.flags | FLAG_PARTIAL;
+            }
+            // A flat job's Broadcast and Barrier results say that this switch runs eager rounds.
+            if (!meta.leaf_job && (hdr.inc.flags & FLAG_PARTIAL) == 0 && hdr.inc.collective >= COLL_BROADCAST) {
+                hdr.inc.flags = hdr.inc.flags | FLAG_EAGER;
             }
             // The data goes to every worker except: in a Reduce, to the root alone; in a
             // Barrier, to nobody. The others get the header alone, as an ACK. Between switches

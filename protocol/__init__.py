@@ -48,6 +48,8 @@ FLAG_OVERFLOW = 0x01             # some element did not fit, at a worker or in t
 FLAG_RESENT = 0x02               # a stored result sent again to one worker
 FLAG_PARTIAL = 0x04              # between switches only: a leaf's partial sum, or a result for leaves
 FLAG_RETRANSMIT = 0x08           # a contribution sent again; a result whose round had one
+FLAG_EAGER = 0x10                # a Broadcast chunk the root's data completes alone; on a flat job's
+                                 # Broadcast or Barrier result: the switch runs such rounds
 
 # Sizes. A packet is Ethernet / IPv4 (no options) / UDP / the INC header / K int32 elements.
 # K, the elements per packet, is a build parameter of allreduce.p4 (INC_K, a multiple of 32) and so

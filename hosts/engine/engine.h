@@ -30,7 +30,8 @@ typedef struct {
 
 /* hosts/agent.py's CallStats, the parts the engine measures (times in seconds) */
 typedef struct {
-    int64_t packets_sent, retransmits, fast_retransmits, timeouts, results, duplicate_results, redone_chunks;
+    int64_t packets_sent, retransmits, fast_retransmits, timeouts, results, duplicate_results, early_results,
+            early_drops, redone_chunks;
     int has_first_result;
     double first_result_s, setup_s, exponent_s, send_s, wait_s, retransmit_s, finish_s, total_s;
 } eng_stats;
@@ -44,16 +45,20 @@ typedef struct {
     double give_up_after;
     double spin;                     /* seconds to keep reading for results before sleeping (JobConfig.spin) */
     int exponent_slack, exponent_margin;
+    int eager_rounds;                /* JobConfig.eager_rounds: may use eager Broadcast rounds */
     uint64_t next_seq;
     eng_rto rto;
     eng_cwnd cwnd;
     double live_since;               /* when the first result ever came (CLOCK_MONOTONIC), else inf */
+    int eager;                       /* a result said the switch runs eager Broadcast rounds (FLAG_EAGER) */
+    int after_eager;                 /* the last call was eager: it ended on a gate */
     int16_t *basis;                  /* the last float call's agreed exponents (NULL before one) */
     int64_t basis_len;
     eng_counters counters;
     void *scratch;                   /* the calls' memory, kept from call to call (grown as needed) */
     size_t scratch_size;
     void *receive;                   /* the datagrams' buffers */
+    void *early;                     /* results that came before their item was made (inc.c early_t) */
 } inc_engine;
 
 /* One call: what to send (kind, dtype, data, roots) and what came of it. */

@@ -18,13 +18,22 @@ enum { FREE = 0, IN_FLIGHT = 1, PENDING = 2 };
 typedef struct {
     int64_t index, chunk;
     int64_t seq;                     /* unwrapped: the call's first seq + index */
-    double first_sent, last_sent, timer_from, timer;
+    double first_sent, last_sent, timer_from, timer;   /* timer_from INFINITY: a silent item's, not yet started */
     int64_t sends;
     int fast, expired, state;
     int flags, need;                 /* its result's, while it waits to be taken in item order */
     uint8_t *payload;
     int payload_len;
 } item_t;
+
+/* Results that came before this worker made their item (hosts/agent.py Worker._early): entry
+   seq % window, at most a window ahead, kept across calls in the engine. */
+typedef struct {
+    size_t packet;                   /* bytes per entry: a whole packet of the job's K */
+    int64_t *seq;                    /* unwrapped; -1: empty */
+    int *len;
+    uint8_t *data;
+} early_t;
 
 typedef struct {
     inc_engine *e;
@@ -34,6 +43,9 @@ typedef struct {
     item_t *items;
     int64_t answered, next_item, in_flight;
     int done;
+    int eager;                       /* eager Broadcast rounds: a gate ends every `period` items and the call; */
+    int64_t period, lag;             /* ... a gate goes once items up to `lag` before it are answered; */
+    int64_t first_gate;              /* ... items from `window` on wait for this gate's result (-1: none) */
     int32_t *sums;                   /* m * k, what the results carried */
     double first_sent, started;
     struct sockaddr_in agg;
@@ -56,6 +68,34 @@ typedef struct {
     int32_t *quantized;              /* k: one chunk's wire values */
 } call_t;
 
+static void early_free(early_t *k)
+{
+    if (k == NULL)
+        return;
+    free(k->seq);
+    free(k->len);
+    free(k->data);
+    free(k);
+}
+
+static early_t *early_new(int64_t window, size_t packet)
+{
+    early_t *k = calloc(1, sizeof *k);
+    if (k == NULL)
+        return NULL;
+    k->packet = packet;
+    k->seq = malloc((size_t)window * sizeof *k->seq);
+    k->len = calloc((size_t)window, sizeof *k->len);
+    k->data = malloc((size_t)window * packet);
+    if (k->seq == NULL || k->len == NULL || k->data == NULL) {
+        early_free(k);
+        return NULL;
+    }
+    for (int64_t i = 0; i < window; i++)
+        k->seq[i] = -1;
+    return k;
+}
+
 static int root_of(const call_t *t, int64_t chunk)
 {
     return t->c->roots ? t->c->roots[chunk] : 0;
@@ -66,6 +106,41 @@ static int sends_data(const call_t *t, int64_t chunk)
     if (t->c->collective == COLL_BROADCAST)
         return root_of(t, chunk) == t->e->worker_id;
     return t->c->collective != COLL_BARRIER;
+}
+
+/* hosts/agent.py _GatherCall.gate, .ready and .silent */
+static int gate(const call_t *t, int64_t index)
+{
+    return !t->eager || index % t->period == t->period - 1 || index == t->m - 1;
+}
+
+static int ready(const call_t *t, int64_t index)
+{
+    if (!t->eager || index >= t->m)
+        return 1;
+    if (t->first_gate >= 0 && index >= t->e->window && t->answered <= t->first_gate)
+        return 0;
+    return !gate(t, index) || t->answered >= index - t->lag;
+}
+
+static int silent(const call_t *t, int64_t index)
+{
+    return !gate(t, index) && !sends_data(t, index);
+}
+
+/* hosts/agent.py _GatherCall.in_order: a gate waits for every worker and eager rounds for
+   their own root alone, so only one root's eager rounds come back in seq order. */
+static int in_order(const call_t *t, int64_t earlier, int64_t later)
+{
+    return !t->eager || (!gate(t, earlier) && root_of(t, earlier) == root_of(t, later));
+}
+
+/* hosts/agent.py _GatherCall.shows_lost: every worker sends its items in order, so a later
+   result of the same root, or a later gate (which every root has sent), comes after the root
+   has sent `earlier`. */
+static int shows_lost(const call_t *t, int64_t earlier, int64_t later)
+{
+    return gate(t, later) || root_of(t, earlier) == root_of(t, later);
 }
 
 static int bounded_guess(int64_t exponent)
@@ -142,6 +217,8 @@ static int build_packet(call_t *t, int64_t chunk, int64_t seq, uint8_t *out)
         h.flags = t->has_nan[chunk] ? FLAG_OVERFLOW : 0;
         /* fall through */
     default: {
+        if (!gate(t, chunk))
+            h.flags = FLAG_EAGER;
         if (!data)
             break;
         const int32_t *src = t->c->kind == ENG_KIND_ORDERED ? t->words : t->c->data;
@@ -216,7 +293,29 @@ static void resend(call_t *t, item_t *it)
     t->c->stats.retransmits++;
 }
 
-/* The item a datagram answers (recorded), or NULL for anything else. */
+/* hosts/agent.py Worker._keep_early: a result for an item this worker has not made yet (an eager
+   round's root is ahead of it, maybe in the call before) is kept for that item, if less than a
+   window ahead; anything else was answered already, or is not ours. */
+static void keep_early(call_t *t, const inc_header *h, const uint8_t *data, int len)
+{
+    inc_engine *e = t->e;
+    early_t *k = e->early;
+    int64_t unmade = (int64_t)e->next_seq + t->next_item;
+    uint32_t ahead = h->seq - (uint32_t)(unmade & 0xFFFFFFFF);
+    int64_t seq = unmade + ahead, i = seq % e->window;
+    if (ahead >= UINT32_C(1) << 31 || h->slot != i || k->seq[i] == seq) {
+        t->c->stats.duplicate_results++;
+    } else if (ahead < (uint32_t)e->window) {
+        size_t n = (size_t)len < k->packet ? (size_t)len : k->packet;
+        memcpy(k->data + (size_t)i * k->packet, data, n);
+        k->len[i] = (int)n;
+        k->seq[i] = seq;
+    } else {
+        t->c->stats.early_drops++;
+    }
+}
+
+/* The item a datagram answers (recorded), or NULL for anything else (kept if early). */
 static item_t *take_result(call_t *t, const uint8_t *data, int len)
 {
     inc_engine *e = t->e;
@@ -232,16 +331,19 @@ static item_t *take_result(call_t *t, const uint8_t *data, int len)
     uint32_t index = h.seq - (uint32_t)(e->next_seq & 0xFFFFFFFF);   /* item index, mod 2^32 */
     item_t *it = index < (uint64_t)t->next_item ? &t->items[index % t->slots] : NULL;
     if (it == NULL || it->state != IN_FLIGHT || it->index != (int64_t)index || h.slot != it->seq % e->window) {
-        t->c->stats.duplicate_results++;         /* answered already, or not ours */
+        keep_early(t, &h, data, len);
         return NULL;
     }
     t->in_flight--;
     double now = eng_now();
     if (now < e->live_since)
         e->live_since = now;
+    if ((h.flags & FLAG_EAGER) && e->eager_rounds)
+        e->eager = 1;
     /* Karn, a round that waited for a retransmission, and items sent before the job's first
        result (their wait timed the slowest peer's start-up): no round-trip sample. */
-    if (it->sends == 1 && !(h.flags & FLAG_RETRANSMIT) && it->first_sent >= e->live_since)
+    if (it->sends == 1 && !(h.flags & FLAG_RETRANSMIT) && it->first_sent >= e->live_since
+            && !silent(t, it->index))       /* a silent item's wait timed its root's lateness */
         rto_sample(&e->rto, now - it->first_sent);
     cwnd_on_ack(&e->cwnd, it->seq);
     if (!t->c->stats.results) {
@@ -259,13 +361,50 @@ static void resend_overtaken(call_t *t, int64_t index, double first_sent, int64_
 {
     for (int64_t j = t->answered; j <= index - REORDER_THRESHOLD; j++) {
         item_t *it = &t->items[j % t->slots];
-        if (it->state != IN_FLIGHT || it->index != j || it->fast || it->last_sent >= first_sent)
+        if (it->state != IN_FLIGHT || it->index != j || it->fast || it->last_sent >= first_sent
+                || !in_order(t, j, index))
             continue;
         it->fast = 1;
         t->c->stats.fast_retransmits++;
         cwnd_on_loss(&t->e->cwnd, highest);
         resend(t, it);
     }
+}
+
+/* hosts/agent.py Worker._arm_silent: start the timers of silent items whose results now look
+   lost: those before item `answered` that its result shows lost; with `answered` < 0, the
+   oldest in flight. Returns when the first of them is due. */
+static double arm_silent(call_t *t, int64_t answered)
+{
+    double now = eng_now(), due = INFINITY;
+    int64_t hi = answered < 0 ? t->answered + 1 : answered;
+    for (int64_t j = t->answered; j < hi && j < t->next_item; j++) {
+        item_t *it = &t->items[j % t->slots];
+        if (it->state != IN_FLIGHT || it->index != j)
+            continue;
+        if (isinf(it->timer_from) && (answered < 0 || shows_lost(t, j, answered))) {
+            it->timer_from = now;
+            it->timer = t->e->rto.rto;
+            due = now + it->timer;
+        }
+        if (answered < 0)
+            break;
+    }
+    return due;
+}
+
+/* A result, taken for its item, and what it shows about the items before it. Returns 1 if it
+   answered an item (progress), else 0. */
+static int on_result(call_t *t, const uint8_t *data, int len, double *wake, double *last_progress)
+{
+    item_t *it = take_result(t, data, len);
+    if (it == NULL)
+        return 0;
+    *last_progress = eng_now();
+    if (t->eager)
+        *wake = fmin(*wake, arm_silent(t, it->index));
+    resend_overtaken(t, it->index, it->first_sent, (int64_t)t->e->next_seq + t->next_item - 1);
+    return 1;
 }
 
 /* Items without a result for an RTO since they were sent and since the last progress: back
@@ -276,7 +415,7 @@ static double check_timers(call_t *t, double last_progress, int64_t highest)
     inc_engine *e = t->e;
     double now = eng_now();
     int64_t lo = t->answered, hi = t->next_item;
-    int expired = 0;
+    int expired = 0, all_silent = 1;
     double longest = 0, oldest_sent = INFINITY;
     for (int64_t j = lo; j < hi; j++) {
         item_t *it = &t->items[j % t->slots];
@@ -293,14 +432,20 @@ static double check_timers(call_t *t, double last_progress, int64_t highest)
         it->expired = now >= fmax(it->timer_from, last_progress) + it->timer;
         if (it->expired) {
             expired++;
+            all_silent = all_silent && silent(t, j);
             longest = fmax(longest, it->timer);
             oldest_sent = fmin(oldest_sent, it->last_sent);
         }
     }
     if (expired) {
         t->c->stats.timeouts++;
-        double rto = rto_backoff(&e->rto, longest);
-        cwnd_on_timeout(&e->cwnd, highest);
+        /* Requests for eager rounds whose root may be late, or have lost its chunk and not yet
+           sent it again: no sign of congestion, so the RTO stays; each request waits longer. */
+        double rto = fmin(e->rto.max_rto, 2 * longest);
+        if (!all_silent) {
+            rto = rto_backoff(&e->rto, longest);
+            cwnd_on_timeout(&e->cwnd, highest);
+        }
         /* Silence since all of them were sent: a peer has not started this call yet, or the
            switch is gone. One probe says when that ends; a window of copies would only queue.
            Every timer restarts with the probe's, so they do not expire one by one after it. */
@@ -310,7 +455,7 @@ static double check_timers(call_t *t, double last_progress, int64_t highest)
             item_t *it = &t->items[j % t->slots];
             if (it->state != IN_FLIGHT || it->index != j)
                 continue;
-            if (probe_only) {
+            if (probe_only && !isinf(it->timer_from)) {   /* silent items still wait for a sign of loss */
                 it->timer = rto;
                 it->timer_from = now;
             }
@@ -347,7 +492,8 @@ static void exchange(call_t *t)
         /* Item j reuses item j - window's slot: it may go once items up to that one are answered. */
         double t0 = eng_now();
         int64_t first_new = t->next_item;
-        while (t->in_flight < cwnd_allowed(&e->cwnd) && t->next_item < t->answered + window) {
+        while (t->in_flight < cwnd_allowed(&e->cwnd) && t->next_item < t->answered + window
+                && ready(t, t->next_item)) {
             int64_t chunk = assign(t, t->next_item);
             if (chunk < 0)
                 break;
@@ -359,17 +505,21 @@ static void exchange(call_t *t)
             it->fast = 0;
             it->state = IN_FLIGHT;
             it->payload_len = build_packet(t, chunk, it->seq, it->payload);
-            batch_add(&t->out, it->payload, (size_t)it->payload_len, &t->agg);
+            if (!silent(t, t->next_item)) {  /* a silent item is sent only if its result is lost */
+                batch_add(&t->out, it->payload, (size_t)it->payload_len, &t->agg);
+                stats->packets_sent++;
+            }
             t->next_item++;
             t->in_flight++;
-            stats->packets_sent++;
         }
         if (t->next_item > first_new) {
             batch_flush(&t->out);
             double t1 = eng_now();
             for (int64_t j = first_new; j < t->next_item; j++) {
                 item_t *it = &t->items[j % t->slots];
-                it->first_sent = it->last_sent = it->timer_from = t1;
+                it->first_sent = it->last_sent = t1;
+                /* a silent item's timer waits for a sign that its result is lost (arm_silent) */
+                it->timer_from = silent(t, j) ? INFINITY : t1;
                 it->timer = e->rto.rto;
             }
             if (first_new == 0)
@@ -377,8 +527,28 @@ static void exchange(call_t *t)
             wake = fmin(wake, t1 + e->rto.rto);
             stats->send_s += t1 - t0;
         }
+        /* Results kept from before these items were made: taken now, as if they came now. */
+        early_t *kept = e->early;
+        int took = 0;
+        for (int64_t j = first_new; j < t->next_item; j++) {
+            int64_t seq = first_seq + j, i = seq % window;
+            if (kept->seq[i] != seq)
+                continue;
+            kept->seq[i] = -1;
+            if (!silent(t, j)) {         /* its own packet went, so its answer is still to come */
+                stats->duplicate_results++;
+                continue;
+            }
+            stats->early_results++;
+            took += on_result(t, kept->data + (size_t)i * kept->packet, kept->len[i], &wake, &last_progress);
+        }
+        batch_flush(&t->out);
+        if (took)
+            continue;                    /* answered items free the window: make more before waiting */
         if (t->done)
             return;
+        if (t->eager)
+            wake = fmin(wake, arm_silent(t, -1));
         /* Results already here come first: a worker that was not scheduled for a while must
            not take its own lateness for the switch's. */
         t0 = eng_now();
@@ -391,12 +561,7 @@ static void exchange(call_t *t)
             const uint8_t *data = recv_data(t->in, i, &len, &from);
             if (from->sin_addr.s_addr != t->agg.sin_addr.s_addr || from->sin_port != t->agg.sin_port)
                 continue;            /* another host sending look-alike results straight to this worker */
-            item_t *it = take_result(t, data, len);
-            if (it == NULL)
-                continue;
-            progress = 1;
-            last_progress = eng_now();
-            resend_overtaken(t, it->index, it->first_sent, first_seq + t->next_item - 1);
+            progress |= on_result(t, data, len, &wake, &last_progress);
         }
         batch_flush(&t->out);
         double t1 = eng_now();
@@ -501,6 +666,10 @@ int inc_run(inc_engine *e, inc_call *c)
     t.m = (c->size + t.k - 1) / t.k;
     t.size_last = c->size - (t.m - 1) * t.k;
     t.first_sent = t.started;
+    t.eager = e->eager && c->kind == ENG_KIND_GATHER && c->collective == COLL_BROADCAST;
+    t.lag = e->window / 4;
+    t.period = e->window - t.lag;
+    t.first_gate = e->after_eager ? -1 : (t.period < t.m ? t.period : t.m) - 1;
     int is_float = c->kind == ENG_KIND_FLOAT;
     int64_t max_items = is_float ? 2 * t.m : t.m;
     t.slots = max_items < e->window ? max_items : e->window;
@@ -515,6 +684,10 @@ int inc_run(inc_engine *e, inc_call *c)
         e->receive = in;
     }
     t.in = e->receive;
+    if (e->early == NULL && (e->early = early_new(e->window, packet)) == NULL) {
+        c->status = ENG_NO_MEMORY;
+        return c->status;
+    }
     /* The call's memory, in one block kept by the engine: sizes first, then the pointers into it. */
     size_t need = 0;
     for (int pass = 0; pass < 2; pass++) {
@@ -588,6 +761,8 @@ int inc_run(inc_engine *e, inc_call *c)
         }
         exchange(&t);
         e->next_seq += (uint64_t)t.next_item;
+        if (t.done)
+            e->after_eager = t.eager;
         if (c->status == ENG_OK)
             (is_float ? finish_float : finish_words)(&t);
     }
@@ -612,5 +787,6 @@ void inc_free(inc_engine *e)
     if (e->receive != NULL)
         recv_free(e->receive);
     free(e->receive);
+    early_free(e->early);
     free(e);
 }

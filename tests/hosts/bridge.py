@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import socket
 import threading
+from typing import Callable
 
 from hosts.inprocess import InProcessFabric
 
@@ -25,9 +26,13 @@ def loopback_ip(worker: int) -> str:
 
 class UdpBridge:
     """The aggregator on loopback for the n hosts of `fabric`; `sent[w]` lists the UDP payloads
-    worker w sent, in arrival order. Call `close`."""
+    worker w sent, in arrival order. `deliver(w, payload)`, if given, says what worker w gets
+    in place of each of the switch's packets to it, in order: [] loses it, and packets it kept
+    back from before, given after it, come late (exactly these losses and reorderings). Call
+    `close`."""
 
-    def __init__(self, fabric: InProcessFabric, n: int, worker_port: int) -> None:
+    def __init__(self, fabric: InProcessFabric, n: int, worker_port: int,
+                 deliver: Callable[[int, bytes], list[bytes]] | None = None) -> None:
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
         self.sock.bind((BRIDGE_IP, 0))
@@ -35,6 +40,7 @@ class UdpBridge:
         self.address = self.sock.getsockname()
         self.transports = [fabric.transport(w) for w in range(n)]
         self.worker_port = worker_port
+        self.deliver = deliver
         self.sent: list[list[bytes]] = [[] for _ in range(n)]
         self.stop = threading.Event()
         self.threads = [threading.Thread(target=self._uplink, name="bridge-up")] + [
@@ -55,8 +61,10 @@ class UdpBridge:
     def _downlink(self, w: int) -> None:
         while not self.stop.is_set():
             payload = self.transports[w].recv(0.05)
-            if payload is not None:
-                self.sock.sendto(payload, (loopback_ip(w), self.worker_port))
+            if payload is None:
+                continue
+            for out in [payload] if self.deliver is None else self.deliver(w, payload):
+                self.sock.sendto(out, (loopback_ip(w), self.worker_port))
 
     def close(self) -> None:
         self.stop.set()

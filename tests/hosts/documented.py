@@ -1,6 +1,7 @@
-"""docs/protocol.md's block floating point and its error bounds, written out here from the
-document and not from hosts/ (so a less precise quantiser, a lost bit or a wrong exponent,
-or a laxer hosts.numerics, fails the tests): exact rationals and integers, no numpy rounding.
+"""docs/protocol.md's block floating point and its error bounds, and its eager rounds' gates,
+written out here from the document and not from hosts/ (so a less precise quantiser, a lost bit
+or a wrong exponent, a laxer hosts.numerics, or a gate too few or too many, fails the tests):
+exact rationals and integers, no numpy rounding.
 """
 from __future__ import annotations
 
@@ -102,3 +103,10 @@ def round_to(x: Fraction, dtype: np.dtype) -> float:
     if abs(rounded) >= Fraction(2) ** (emax + 1):
         return float("inf") if x > 0 else float("-inf")
     return float(rounded)
+
+
+def eager_gates(m: int, window: int) -> list[int]:
+    """"Eager rounds": the items of an m-chunk eager call that every worker sends (i mod P = P - 1,
+    P = W - W div 4, and the last)."""
+    period = window - window // 4
+    return sorted(set(range(period - 1, m, period)) | {m - 1})

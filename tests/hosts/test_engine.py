@@ -8,6 +8,7 @@ the same packets on the wire whichever engine it runs: per seq, the same header 
 from __future__ import annotations
 
 import logging
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -18,7 +19,7 @@ from p4sim import Program, Switch
 
 from hosts import engine
 from hosts.agent import IncOverflowError, IncTimeoutError, JobConfig, Worker
-from hosts.inc import FLAG_RETRANSMIT, HEADER_SIZE, INC_K, unpack_header
+from hosts.inc import FLAG_EAGER, FLAG_RETRANSMIT, HEADER_SIZE, INC_K, OP_JOIN, unpack_header
 from hosts.inprocess import Faults, InProcessFabric
 from hosts.numerics import BFLOAT16
 from hosts.transport import UdpTransport
@@ -37,22 +38,25 @@ Call = Callable[[Worker, int], Any]
 class JobRun:
     results: list[list[Any]]          # [call][worker]: the result, None, or the IncOverflowError raised
     sent: list[dict[int, bytes]]      # [worker]: seq -> the payload it sent for it, RETRANSMIT cleared
+    payloads: list[list[bytes]]       # [worker]: every payload it sent, in order
     resent: list[int]                 # [worker]: payloads it sent more than once
     engines: list[str]                # what each worker ran on
 
 
 def run_job(program: Program, engines: list[str], calls: list[Call], faults: Faults = Faults(),
-            window: int = 8, **config: Any) -> JobRun:
-    """Every call on every worker of a fresh job (worker w on engines[w]) through a fresh switch."""
+            window: int = 8, deliver: Callable[[int, bytes], list[bytes]] | None = None, **config: Any) -> JobRun:
+    """Every call on every worker of a fresh job (worker w on engines[w]) through a fresh switch
+    (`deliver`: UdpBridge's; `config`: JobConfig's, over timeout 0.05 s and give_up_after 20 s)."""
     n = len(engines)
     switch = Switch(program)
     job = Job(job_id=3, hosts=tuple(host(i) for i in range(1, n + 1)), num_slots=window)
     install_forwarding(switch, list(job.hosts))
     install_job(switch, job)
     port = free_udp_port()
-    with InProcessFabric(switch, list(job.hosts), faults) as fabric, UdpBridge(fabric, n, port) as bridge:
-        workers = [Worker(JobConfig(job.job_id, w, n, window=window, timeout=0.05, give_up_after=20, engine=e,
-                                    **config), UdpTransport(bridge.address, (loopback_ip(w), port)))
+    with InProcessFabric(switch, list(job.hosts), faults) as fabric, UdpBridge(fabric, n, port, deliver) as bridge:
+        settings = {"timeout": 0.05, "give_up_after": 20} | config
+        workers = [Worker(JobConfig(job.job_id, w, n, window=window, engine=e, **settings),
+                          UdpTransport(bridge.address, (loopback_ip(w), port)))
                    for w, e in enumerate(engines)]
         try:
             def run(w: int) -> list[Any]:
@@ -71,7 +75,7 @@ def run_job(program: Program, engines: list[str], calls: list[Call], faults: Fau
                 worker.close()
         sent = [distinct_packets(payloads) for payloads in bridge.sent]
         resent = [len(payloads) - len(distinct) for payloads, distinct in zip(bridge.sent, sent)]
-    return JobRun([[per_worker[w][c] for w in range(n)] for c in range(len(calls))], sent, resent,
+    return JobRun([[per_worker[w][c] for w in range(n)] for c in range(len(calls))], sent, bridge.sent, resent,
                   [w.engine for w in workers])
 
 
@@ -141,12 +145,23 @@ def assert_jobs_agree(runs: list[JobRun]) -> None:
     for run in runs:
         for w in range(len(run.sent)):
             for seq in sorted(set(run.sent[w]) | set(reference.sent[w])):
+                mine, theirs = run.sent[w].get(seq), reference.sent[w].get(seq)
+                if None in (mine, theirs) and (asks_again(mine) or asks_again(theirs)):
+                    continue     # sent only where a timer ran out, which the engines time apart
                 assert run.sent[w].get(seq) == reference.sent[w].get(seq), \
                     f"worker {w} on {run.engines[w]} sent seq {seq} as {describe(run.sent[w].get(seq))}, " \
                     f"on {reference.engines[w]} as {describe(reference.sent[w].get(seq))}"
         for c, per_worker in enumerate(run.results):
             for w, got in enumerate(per_worker):
                 assert same(got, reference.results[c][w]), f"call {c} worker {w} on {run.engines[w]}: {got!r}"
+
+
+def asks_again(payload: bytes | None) -> bool:
+    """A JOIN for an eager Broadcast round, which a worker sends only for a result it lost."""
+    if payload is None:
+        return False
+    header = unpack_header(payload, (len(payload) - HEADER_SIZE) // 4)
+    return header.opcode == OP_JOIN and bool(header.flags & FLAG_EAGER)
 
 
 def describe(payload: bytes | None) -> str:
@@ -174,8 +189,8 @@ def test_the_engine_is_chosen_for_udp_sockets_and_python_elsewhere(compiled: Non
 
 def test_mixed_jobs_give_every_worker_the_same_bits_and_send_the_same_packets(compiled: None,
                                                                             program: Program) -> None:
-    calls = matrix_calls()
-    runs = [run_job(program, engines, calls, LOSSY)
+    calls = matrix_calls()     # its AllGather comes after a Broadcast: eager rounds, on both engines
+    runs = [run_job(program, engines, calls, LOSSY, eager_rounds=True)
             for engines in (["python"] * N, ["c"] * N, ["c", "python", "c", "python"])]
     assert [r.engines for r in runs] == [["python"] * N, ["c"] * N, ["c", "python", "c", "python"]]
     assert_jobs_agree(runs)
@@ -190,6 +205,96 @@ def test_mixed_jobs_give_every_worker_the_same_bits_and_send_the_same_packets(co
     assert all(isinstance(r, IncOverflowError) and r.chunks == [1] for r in results[-3])   # inf
     assert all("float16's range" in str(r) for r in results[-2])
     np.testing.assert_array_equal(results[-1][0], np.arange(5, dtype=np.int32) * N)
+
+
+def eager_requests(payloads: list[bytes], seqs: range) -> list[int]:
+    """The seqs of the eager JOINs (requests for a lost result) among `payloads`, in order."""
+    return [h.seq for h in (unpack_header(p, (len(p) - HEADER_SIZE) // 4) for p in payloads)
+            if h.seq in seqs and h.opcode == OP_JOIN and h.flags & FLAG_EAGER]
+
+
+@pytest.mark.parametrize("engine_name", ["python", "c"])
+def test_a_late_root_draws_a_few_requests_not_one_per_item_and_rto(compiled: None, program: Program,
+                                                                   engine_name: str) -> None:
+    """An eager Broadcast whose root starts 0.3 s after the others: their silent items wait for a
+    sign of loss, so only the oldest asks, each time after twice as long (0.02 s, 0.04 s, ...),
+    not every silent item every RTO (a request storm the switch drops as early)."""
+    late, length = 0.3, 20 * INC_K
+    xs = inputs(31, length, np.dtype(np.int32))
+
+    def late_broadcast(wk: Worker, w: int) -> np.ndarray:
+        if w == 1:
+            time.sleep(late)
+        return wk.broadcast(xs[w], root=1)
+
+    calls: list[Call] = [lambda wk, w: wk.barrier(), lambda wk, w: wk.broadcast(xs[w], root=1), late_broadcast]
+    run = run_job(program, [engine_name] * N, calls, eager_rounds=True, min_rto=0.02)
+    assert all(out.tobytes() == xs[1].tobytes() for call in run.results[1:] for out in call)
+    late_seqs = range(1 + 20, 1 + 2 * 20)          # the barrier, the first Broadcast's 20 chunks, then these
+    for w in (0, 2, 3):
+        asked = eager_requests(run.payloads[w], late_seqs)
+        assert 1 <= len(asked) <= 6, f"worker {w} on {engine_name} asked {asked}"
+
+
+@pytest.mark.parametrize("engine_name", ["python", "c"])
+def test_a_lost_result_that_holds_up_a_gate_is_asked_for_again(compiled: None, program: Program,
+                                                                engine_name: str) -> None:
+    """An eager AllGather of 2 chunks per worker (window 8: gates are items 0, 5 and 7): worker 2
+    loses item 1's result, root 0's last chunk. No later result of root 0 shows it lost, and gate 5
+    waits for it (items up to 5 - 8 // 4 - 1 answered first), so only the oldest item's timer,
+    run from the last progress, can ask for it."""
+    xs = inputs(32, 2 * INC_K, np.dtype(np.int32))
+    lost_seq = 2                                   # the barrier is seq 0, the AllGather's items 1..8
+    dropped: list[int] = []
+
+    def deliver(w: int, payload: bytes) -> list[bytes]:
+        if w == 2 and not dropped and unpack_header(payload, INC_K).seq == lost_seq:
+            dropped.append(lost_seq)
+            return []
+        return [payload]
+
+    calls: list[Call] = [lambda wk, w: wk.barrier(), lambda wk, w: wk.all_gather(xs[w])]
+    run = run_job(program, [engine_name] * N, calls, deliver=deliver, eager_rounds=True)
+    assert dropped == [lost_seq]
+    assert all(out.tobytes() == np.stack(xs).tobytes() for out in run.results[1])
+    assert lost_seq in eager_requests(run.payloads[2], range(1, 9))
+
+
+@pytest.mark.parametrize("engine_name", ["python", "c"])
+def test_eager_results_that_come_before_their_call_are_kept_for_it(compiled: None, program: Program,
+                                                                  engine_name: str) -> None:
+    """Worker 2 is still in a Barrier (its ACK comes late) when root 0, done with it, starts an
+    eager Broadcast of 4 chunks (window 8: items 0-2 eager, 3 the gate), so worker 2 reads three
+    results before its Broadcast has items for them. It keeps them and takes them as it makes
+    those items: no timeout and no request (dropped, each would wait an RTO and be asked for)."""
+    late, chunks = 2, 4
+    xs = inputs(33, chunks * INC_K, np.dtype(np.int32))
+    eager_seqs = {1, 2, 3}                      # the Barrier is seq 0, the Broadcast's items 1..4
+    passed: set[int] = set()
+    held: list[bytes] = []
+
+    def deliver(w: int, payload: bytes) -> list[bytes]:
+        seq = unpack_header(payload, INC_K).seq
+        if w != late:
+            return [payload]
+        if seq == 0 and passed != eager_seqs:       # the Barrier's ACK (or its answer again)
+            held.append(payload)
+            return []
+        passed.update({seq} & eager_seqs)
+        if passed != eager_seqs:
+            return [payload]
+        out = [payload, *held]
+        held.clear()
+        return out
+
+    calls: list[Call] = [lambda wk, w: wk.barrier(),
+                         lambda wk, w: (wk.broadcast(xs[w], root=0), wk.last_stats)]
+    run = run_job(program, [engine_name] * N, calls, deliver=deliver, eager_rounds=True, timeout=0.5)
+    assert passed == eager_seqs and not held
+    assert all(out.tobytes() == xs[0].tobytes() for out, _ in run.results[1])
+    stats = run.results[1][late][1]
+    assert (stats.early_results, stats.timeouts, stats.retransmits, stats.early_drops) == (3, 0, 0, 0), stats
+    assert eager_requests(run.payloads[late], range(1, 1 + chunks)) == []
 
 
 def test_an_engine_that_spins_before_sleeping_sends_the_same_packets(compiled: None, program: Program) -> None:

@@ -11,7 +11,8 @@ from p4sim import Switch
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
-from hosts.inc import (AGG_IP, AGG_MAC, COLL_BARRIER, COLL_BROADCAST, COLL_REDUCE, FLAG_OVERFLOW, FLAG_RESENT, INC_K,
+from hosts.inc import (AGG_IP, AGG_MAC, COLL_BARRIER, COLL_BROADCAST, COLL_REDUCE, FLAG_EAGER, FLAG_OVERFLOW,
+                       FLAG_PARTIAL, FLAG_RESENT, INC_K,
                        INC_PORT, OP_ACK, OP_CONTRIB, OP_JOIN, REDUCE_MAX, REDUCE_MIN, Inc, IncHeader,
                        unpack_header)
 from tests.hosts.conftest import counter, registers
@@ -111,7 +112,7 @@ def test_broadcast_gives_everyone_the_roots_chunk_bit_for_bit(sw: Switch, root_p
     assert sorted(p for p, _ in outs) == [h.port for h in JOB.hosts]
     for out in outs:
         header = check_result(out, out[0] - 1, chunk)
-        assert header.flags == 0 and len(out[1]) == 186
+        assert header.flags == FLAG_EAGER and len(out[1]) == 186     # this switch runs eager rounds
     assert counter(sw, "MyIngress.contributions") == N
 
 
@@ -123,7 +124,33 @@ def test_a_lost_broadcast_result_is_answered_to_the_join_again(sw: Switch) -> No
     send(sw, contribution(2, [7] * INC_K, collective=COLL_BROADCAST, root=2))
     again = send(sw, join(0, collective=COLL_BROADCAST, root=2))
     assert len(again) == 1
-    assert check_result(again[0], 0, np.full(INC_K, 7, np.int32)).flags == FLAG_RESENT
+    assert check_result(again[0], 0, np.full(INC_K, 7, np.int32)).flags == FLAG_RESENT | FLAG_EAGER
+
+
+def test_an_eager_broadcast_round_is_the_roots_chunk_alone_multicast_at_once(sw: Switch) -> None:
+    chunk = np.arange(-16, INC_K - 16, dtype=np.int32)
+    outs = send(sw, contribution(2, chunk, collective=COLL_BROADCAST, root=2, flags=FLAG_EAGER, seq=9, slot=1))
+    assert sorted(p for p, _ in outs) == [h.port for h in JOB.hosts]
+    for out in outs:
+        assert check_result(out, out[0] - 1, chunk).flags == FLAG_EAGER
+    assert [counter(sw, f"MyIngress.{c}") for c in ("contributions", "results_multicast")] == [1, 1]
+
+
+def test_an_eager_join_is_answered_from_the_stored_round_and_never_starts_one(sw: Switch) -> None:
+    """A worker that lost an eager round's result asks again with a JOIN: before the root's
+    chunk came it gets nothing and nothing changes; after, the stored chunk, to it alone."""
+    ask = join(0, collective=COLL_BROADCAST, root=2, flags=FLAG_EAGER, seq=4, slot=2)
+    before = registers(sw)
+    assert send(sw, ask) == []
+    assert registers(sw) == before and counter(sw, "MyIngress.stale_drops") == 1
+    send(sw, contribution(2, [5] * INC_K, collective=COLL_BROADCAST, root=2, flags=FLAG_EAGER, seq=4, slot=2))
+    again = send(sw, ask)
+    assert len(again) == 1
+    assert check_result(again[0], 0, np.full(INC_K, 5, np.int32)).flags == FLAG_RESENT | FLAG_EAGER
+    assert counter(sw, "MyIngress.contributions") == 1 and counter(sw, "MyIngress.results_resent") == 1
+    again = send(sw, contribution(2, [5] * INC_K, collective=COLL_BROADCAST, root=2, flags=FLAG_EAGER, seq=4,
+                                  slot=2))
+    assert len(again) == 1 and again[0][0] == JOB.hosts[2].port      # the root's lost result, to it alone
 
 
 def test_barrier_completes_with_an_ack_to_everyone_once_all_joined(sw: Switch) -> None:
@@ -133,9 +160,9 @@ def test_barrier_completes_with_an_ack_to_everyone_once_all_joined(sw: Switch) -
     assert sorted(p for p, _ in outs) == [h.port for h in JOB.hosts]
     for out in outs:
         header = check_ack(out, out[0] - 1)
-        assert (header.collective, header.seq, header.slot, header.flags) == (COLL_BARRIER, 5, 1, 0)
+        assert (header.collective, header.seq, header.slot, header.flags) == (COLL_BARRIER, 5, 1, FLAG_EAGER)
     again = send(sw, join(0, collective=COLL_BARRIER, seq=5, slot=1))
-    assert len(again) == 1 and check_ack(again[0], 0).flags == FLAG_RESENT
+    assert len(again) == 1 and check_ack(again[0], 0).flags == FLAG_RESENT | FLAG_EAGER
 
 
 def _with_opcode(packet: tuple[int, bytes], opcode: int) -> tuple[int, bytes]:
@@ -156,6 +183,11 @@ BAD = {
     "Broadcast with min": lambda: join(0, collective=COLL_BROADCAST, root=1, reduce_op=REDUCE_MIN),
     "unknown collective": lambda: contribution(0, [1] * INC_K, collective=4),
     "root beyond the job's workers": lambda: contribution(0, [1] * INC_K, collective=COLL_REDUCE, root=N),
+    "eager AllReduce": lambda: contribution(0, [1] * INC_K, flags=FLAG_EAGER),
+    "eager Reduce": lambda: contribution(0, [1] * INC_K, collective=COLL_REDUCE, flags=FLAG_EAGER),
+    "eager Barrier": lambda: join(0, collective=COLL_BARRIER, flags=FLAG_EAGER),
+    "eager partial": lambda: contribution(1, [1] * INC_K, collective=COLL_BROADCAST, root=1,
+                                          flags=FLAG_EAGER | FLAG_PARTIAL),
 }
 
 

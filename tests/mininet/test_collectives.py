@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from hosts.inc import INC_K as K
-from tests.hosts.documented import documented_bound
+from tests.hosts.documented import documented_bound, eager_gates
 from topologies.fabric import Impairment
 
 pytestmark = [pytest.mark.mininet, pytest.mark.impairment]
@@ -90,3 +90,25 @@ def test_barrier_under_loss(inc_star):
     # One round per barrier: 40 completed, every JOIN counted once (4 x 40), and no data.
     assert after["MyIngress.results_multicast"] - before["MyIngress.results_multicast"] == 40
     assert after["MyIngress.contributions"] - before["MyIngress.contributions"] == 4 * 40
+
+
+@FOUR
+@pytest.mark.parametrize("collective, length", [("broadcast", 1001), ("all-gather", 333)])
+def test_eager_rounds_under_loss_add_only_the_roots_chunks_and_the_gates(inc_star, collective, length):
+    """--eager-rounds, 5 calls per worker process under 5% loss: the first call's results say that
+    the switch runs eager rounds, so the other four take each chunk from its root alone but for
+    the gates. The switch adds N m packets for the first call and m + (N - 1) G for each other
+    (docs/protocol.md, "Packets per collective"; a lost packet's copy is added once, requests
+    and repeats never), and the last call's result is the roots' bits on every worker."""
+    iterations, window, n, k = 5, 16, inc_star.n, inc_star.k
+    inputs = tensors("int32", length, seed=7)
+    before = inc_star.counters()
+    root = ("--root", "1") if collective == "broadcast" else ()
+    results = run_lossy(inc_star, inputs, "--collective", collective, *root, "--iterations", str(iterations),
+                        "--window", str(window), "--eager-rounds")
+    after = inc_star.counters()
+    m = -(-length // k) * (n if collective == "all-gather" else 1)
+    added = after["MyIngress.contributions"] - before["MyIngress.contributions"]
+    assert added == n * m + (iterations - 1) * (m + (n - 1) * len(eager_gates(m, window)))
+    expected = inputs[1] if collective == "broadcast" else np.stack(inputs)
+    assert all(got.tobytes() == expected.tobytes() for got in results)

@@ -7,8 +7,8 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from hosts.inc import (AGG_IP, COLL_ALLREDUCE, COLL_BARRIER, COLL_BROADCAST, COLL_REDUCE, HEADER_SIZE, INC_K,
-                       INC_PORT, INC_VERSION, OP_CONTRIB, OP_JOIN, POOL_SIZE, REDUCE_MAX, REDUCE_SUM)
+from hosts.inc import (AGG_IP, COLL_ALLREDUCE, COLL_BARRIER, COLL_BROADCAST, COLL_REDUCE, FLAG_EAGER, FLAG_PARTIAL,
+                       HEADER_SIZE, INC_K, INC_PORT, INC_VERSION, OP_CONTRIB, OP_JOIN, POOL_SIZE, REDUCE_MAX, REDUCE_SUM)
 
 FORWARDED = "forwarded"       # ordinary traffic the switch forwards unchanged
 IN_SLOT = "in_slot"           # passed every check: contributions, duplicate, stale or resent
@@ -52,6 +52,8 @@ def expected_counter(frame: bytes, port: int, admitted: Admitted) -> str:
     sends_data = collective in (COLL_ALLREDUCE, COLL_REDUCE) or (collective == COLL_BROADCAST and worker == root)
     if sends_data != (opcode == OP_CONTRIB) or (collective >= COLL_BROADCAST and reduce_op != REDUCE_SUM):
         return "malformed_drops"
+    if inc[1] & FLAG_EAGER and (inc[1] & FLAG_PARTIAL or collective != COLL_BROADCAST):
+        return "malformed_drops"       # an eager round is a Broadcast's, on one level
     if job not in admitted.jobs:
         return "unknown_job_drops"
     if root >= len({w for j, w, _ in admitted.workers if j == job}):

@@ -18,14 +18,16 @@ import pytest
 from p4sim import Switch
 
 from hosts.agent import IncOverflowError, JobConfig, Worker
-from hosts.inc import (COLL_BROADCAST, COLL_REDUCE, HEADER_SIZE, INC_K, OP_ACK, OP_CONTRIB, OP_JOIN, OP_RESULT,
+from hosts.inc import (COLL_BROADCAST, COLL_REDUCE, FLAG_EAGER, HEADER_SIZE, INC_K, OP_ACK, OP_CONTRIB, OP_JOIN,
+                       OP_RESULT,
                        PAYLOAD_SIZE, IncHeader, unpack_header)
 from hosts.inprocess import Faults, InProcessFabric
 from hosts.transport import Transport
-from tests.hosts.conftest import Job, host, install_forwarding, install_job
-from tests.hosts.documented import documented_bound
+from tests.hosts.conftest import Job, counter, host, install_forwarding, install_job
+from tests.hosts.documented import documented_bound, eager_gates
 
 N = 4
+WINDOW = 8
 LOSSY = Faults(loss=0.05, duplicate=0.05, reorder=0.1, max_delay=0.003, seed=12)
 FLOATS = [np.dtype(np.float32), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)]
 SUM_DTYPES = [np.dtype(np.int32), *FLOATS]
@@ -35,27 +37,31 @@ CASES = [("sum", d) for d in SUM_DTYPES] + [(op, np.dtype(d)) for op in ("min", 
 
 @dataclass
 class RecordingTransport:
-    """A Transport that keeps the header and size of every payload it sends and receives."""
+    """A Transport that keeps the header and size of every payload it sends and receives, and
+    both in the order they happened ("sent" or "received", the header)."""
     inner: Transport
     sent: list[tuple[IncHeader, int]] = field(default_factory=list)
     received: list[tuple[IncHeader, int]] = field(default_factory=list)
+    events: list[tuple[str, IncHeader]] = field(default_factory=list)
 
     def send(self, payload: bytes) -> None:
         self.sent.append((unpack_header(payload), len(payload)))
+        self.events.append(("sent", self.sent[-1][0]))
         self.inner.send(payload)
 
     def recv(self, timeout: float) -> bytes | None:
         data = self.inner.recv(timeout)
         if data is not None:
             self.received.append((unpack_header(data), len(data)))
+            self.events.append(("received", self.received[-1][0]))
         return data
 
     def close(self) -> None:
         self.inner.close()
 
 
-def run(switch: Switch, body: Callable[[Worker], object], faults: Faults = LOSSY
-        ) -> tuple[list[object], list[RecordingTransport]]:
+def run(switch: Switch, body: Callable[[Worker], object], faults: Faults = LOSSY, timeout: float = 0.05,
+        min_rto: float = 0.02) -> tuple[list[object], list[RecordingTransport]]:
     """body(worker) on each of N workers in its own thread; each worker's result (or the
     IncOverflowError it raised) and its recorded transport."""
     job = Job(job_id=1, hosts=tuple(host(i) for i in range(1, N + 1)), num_slots=8)
@@ -63,7 +69,9 @@ def run(switch: Switch, body: Callable[[Worker], object], faults: Faults = LOSSY
     install_job(switch, job)
     with InProcessFabric(switch, list(job.hosts), faults) as fabric:
         transports = [RecordingTransport(fabric.transport(w)) for w in range(N)]
-        workers = [Worker(JobConfig(job.job_id, w, N, window=8, timeout=0.05, give_up_after=30), transports[w])
+        workers = [Worker(JobConfig(job.job_id, w, N, window=WINDOW, timeout=timeout, min_rto=min_rto,
+                                    max_rto=max(2.0, min_rto), give_up_after=30, eager_rounds=True),
+                          transports[w])
                    for w in range(N)]
 
         def one(w: int) -> object:
@@ -237,3 +245,100 @@ def test_bad_arguments_are_refused_before_anything_is_sent(switch: Switch) -> No
     results, transports = run(switch, body, Faults())
     assert all(not t.sent for t in transports)
     assert "divisible by 4" in results[0][0] and "root must be a worker 0..3" in results[0][1]
+
+
+@pytest.mark.parametrize("collective", ["broadcast", "all_gather"])
+def test_eager_rounds_are_bit_for_bit_under_loss_and_the_others_join_only_the_gates(switch: Switch,
+                                                                                    collective: str) -> None:
+    """After a first call has shown that the switch runs eager rounds (FLAG_EAGER), the data's
+    owner alone sends each chunk; the others JOIN the gates and ask again (an eager JOIN) only for
+    chunks not their own. How few asks a lossless run makes: the counter test below."""
+    rng = np.random.default_rng(21)
+    length = 4 * INC_K + 5 if collective == "all_gather" else 20 * INC_K + 3
+    inputs = [random_bits(rng, np.dtype(np.float32), length) for _ in range(N)]
+    calls = 3
+    starts: dict[int, int] = {}
+
+    def body(w: Worker) -> list[np.ndarray]:
+        w.barrier()                          # the switch's answer says it runs eager rounds
+        starts[w.config.worker_id] = w.next_seq
+        me = w.config.worker_id
+        return [w.broadcast(inputs[me], 1) if collective == "broadcast" else w.all_gather(inputs[me])
+                for _ in range(calls)]
+
+    results, transports = run(switch, body)
+    expected = inputs[1] if collective == "broadcast" else np.stack(inputs)
+    for got in results:
+        assert all(one.tobytes() == expected.tobytes() for one in got)
+    per_owner = -(-length // INC_K)
+    m = per_owner * (N if collective == "all_gather" else 1)
+    first = starts[0]
+    gates = {first + c * m + g for c in range(calls) for g in eager_gates(m, WINDOW)}
+    for w, transport in enumerate(transports):
+        sent = [h for h, _ in transport.sent if first <= h.seq < first + calls * m]
+        owned = {first + c * m + i for c in range(calls) for i in range(m)
+                 if (i // per_owner if collective == "all_gather" else 1) == w}
+        assert {h.seq for h in sent if not h.flags & FLAG_EAGER} == gates
+        assert {h.seq for h in sent if h.flags & FLAG_EAGER and h.opcode == OP_CONTRIB} == owned - gates
+        asked = {h.seq for h in sent if h.flags & FLAG_EAGER and h.opcode == OP_JOIN}
+        assert not asked & (owned | gates)
+        # The first eager call follows a Barrier, not an eager call: its items from WINDOW on wait
+        # for its first gate's result (slot copies of the Barrier's time are reused from there).
+        first_gate = first + eager_gates(m, WINDOW)[0]
+        got_gate = transport.events.index(next(e for e in transport.events
+                                                if e[0] == "received" and e[1].seq == first_gate))
+        assert all(h.seq < first + WINDOW for kind, h in transport.events[:got_gate]
+                   if kind == "sent" and first <= h.seq < first + m)
+
+
+# docs/protocol.md, "Packets per collective": one call of m chunks (N workers, G gates), lossless.
+DOCUMENTED_PASSES = {
+    "allreduce": lambda m, g: (N * m, m),
+    "reduce": lambda m, g: (N * m, m),
+    "reduce_scatter": lambda m, g: (N * m, m),
+    "broadcast": lambda m, g: (N * g + m - g, m),
+    "all_gather": lambda m, g: (N * g + m - g, m),
+    "barrier": lambda m, g: (N, 1),
+}
+CALLS: dict[str, tuple[Callable[[Worker, np.ndarray], object], int]] = {   # the call, and its chunks
+    "allreduce": (lambda w, x: w.allreduce(x), 20 * INC_K + 1),
+    "reduce": (lambda w, x: w.reduce(x, 2), 20 * INC_K + 1),
+    "reduce_scatter": (lambda w, x: w.reduce_scatter(x), N * (5 * INC_K + 1)),
+    "broadcast": (lambda w, x: w.broadcast(x, 3), 30 * INC_K),
+    "all_gather": (lambda w, x: w.all_gather(x), 7 * INC_K + 1),
+    "barrier": (lambda w, x: w.barrier(), 0),
+}
+
+
+def chunks_of(name: str, length: int) -> int:
+    if name == "barrier":
+        return 1
+    if name == "reduce_scatter":
+        return N * -(-(length // N) // INC_K)
+    return -(-length // INC_K) * (N if name == "all_gather" else 1)
+
+
+@pytest.mark.parametrize("name", list(CALLS))
+def test_switch_counters_equal_the_documented_packet_counts_in_a_lossless_run(switch: Switch, name: str) -> None:
+    """A Barrier (which tells the workers that the switch runs eager rounds), then the call: the
+    switch adds exactly the documented contributions and multicasts one result per chunk."""
+    call, length = CALLS[name]
+    inputs = inputs_for(np.dtype(np.int32), length, seed=5)
+
+    def body(w: Worker) -> int:
+        w.barrier()
+        call(w, inputs[w.config.worker_id])
+        assert w.last_stats is not None and w.last_stats.retransmits == 0
+        return w.last_stats.packets_sent
+
+    # Timers far beyond an in-process round trip: nothing is sent again in a lossless run.
+    sent, transports = run(switch, body, Faults(), timeout=5.0, min_rto=2.0)
+    m = chunks_of(name, length)
+    contributions, results = DOCUMENTED_PASSES[name](m, len(eager_gates(m, WINDOW)))
+    barrier = DOCUMENTED_PASSES["barrier"](1, 1)
+    assert counter(switch, "MyIngress.contributions") == barrier[0] + contributions == N + sum(sent)
+    assert counter(switch, "MyIngress.results_multicast") == barrier[1] + results
+    for name_ in ("stale_drops", "duplicate_drops", "results_resent", "malformed_drops"):
+        assert counter(switch, f"MyIngress.{name_}") == 0
+    for transport in transports:
+        assert len(transport.received) == 1 + results
