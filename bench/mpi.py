@@ -60,9 +60,8 @@ def mpirun_command(fabric: Fabric, hosts: list[str], launcher: Path, cwd: Path,
             # orted maps the hwloc topology into shared memory at the "biggest" hole of its address
             # space; on some machines that write segfaults (Open MPI 4.1.4, hwloc_shmem_topology_write).
             "--mca", "rtc_hwloc_vmhole", "none",
-            # Unbound, as INC's and the ring's workers and the switch are: Open MPI binds 2 ranks to
-            # a core each, and a spinning rank on the switch's core left the switch a scheduler
-            # tick now and then (whole runs of N=2 at 9 ms a call, whatever the size).
+            # Unbound, as INC's and the ring's workers and the switch are (Open MPI binds 2 ranks
+            # to a core each).
             "--bind-to", "none",
             # Every rank pair connects in MPI_Init, not at its first message in some trial.
             "--mca", "mpi_preconnect_mpi", "1",
