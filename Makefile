@@ -85,7 +85,7 @@ bench: $(VENV_STAMP)
 
 # The switch's Reduce, ReduceScatter, Broadcast, AllGather and Barrier against their host ring
 # baselines on one Mininet star of 8, 256 B to 1 MiB, every result checked against numpy: JSON
-# and a plot in $(RESULTS)/ (about 9 minutes on 2 cores; not part of `bench`). A quick look:
+# and a plot in $(RESULTS)/ (under a minute on an idle 2-core machine; not part of `bench`). A quick look:
 # make bench-collectives BENCH_ARGS="--workers 4 --sizes 1024 --reps 1".
 bench-collectives: $(VENV_STAMP)
 	$(PY) -m bench.collectives --target $(TARGET) $(WIDTH) -o $(RESULTS)/collectives.json $(BENCH_ARGS)
