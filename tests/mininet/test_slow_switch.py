@@ -23,8 +23,10 @@ pytestmark = [pytest.mark.mininet, pytest.mark.slow_switch]
 # 2 chunks: 1 ms of switch time); from 64 KiB the switch's time dominates the bound.
 FIXED_S = 0.25
 # With loss, a chunk whose contribution or result is lost waits out a retransmission timeout;
-# the last ones do so with nothing else to send.
-LOSS_ALLOWANCE_S = 2.0
+# the last ones do so with nothing else to send. Before a job's first result no round trip is
+# measured, so a loss in the first window waits the initial RTO (1 s, RFC 6298) and a second
+# one before any sample twice that: 3 s (CI saw 2.98 s for N = 8, 4 KiB, 1% loss, 2 timeouts).
+LOSS_ALLOWANCE_S = 3.5
 
 # On a machine that other work loads (load average 8-13 on 2 cores), p4sim itself gets only
 # ~4k packets/s of CPU, below the 8500 it is asked for: the 1 MiB cases at BMv2's figures then
