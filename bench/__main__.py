@@ -27,7 +27,7 @@ from tqdm import tqdm
 from hosts.agent import JobConfig
 from hosts.args import settle_elements_per_packet, unwritable
 from hosts.engine import DEFAULT_SPIN, ENGINES
-from hosts.inc import MAX_WINDOW
+from hosts.inc import MAX_WINDOW, STAR_WINDOW
 from topologies.fabric import Fabric, FabricError, FabricOptions
 from topologies.pieces import (DEFAULT_PROGRAM, PieceError, compile_program, job_elements_per_packet,
                                setup_controller)
@@ -263,8 +263,9 @@ def _sizes(text: str) -> list[int]:
 def add_trial_options(ap: argparse.ArgumentParser) -> None:
     """The options of how a trial runs, shared with bench.collectives."""
     ap.add_argument("--dtype", choices=("float32", "int32"), default="float32")
-    ap.add_argument("--window", type=int, default=128,
-                    help="slots (INC) / unacked chunks (ring) in flight (default 128: at K = 256, 128 KiB)")
+    ap.add_argument("--window", type=int, default=STAR_WINDOW,
+                    help=f"slots (INC) / unacked chunks (ring) in flight (default {STAR_WINDOW}: at K = 256, "
+                         f"{STAR_WINDOW} KiB)")
     ap.add_argument("--timeout", type=float, default=0.05, help="retransmission timeout, seconds")
     ap.add_argument("--trial-timeout", type=float, default=600.0,
                     help="give up on a trial after this many seconds")

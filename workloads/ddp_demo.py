@@ -14,14 +14,15 @@ import sys
 import time
 from pathlib import Path
 
-from topologies.fabric import Fabric, FabricError, FabricOptions
 from hosts.args import settle_elements_per_packet
+from hosts.inc import STAR_WINDOW
+from topologies.fabric import Fabric, FabricError, FabricOptions
 from topologies.pieces import (DEFAULT_PROGRAM, PieceError, clear_job_slots, compile_program, job_elements_per_packet,
                                setup_controller)
 from topologies.procs import end_child
 from topologies.spec import DEFAULT_MTU, TopologyError, star
 from topologies.switches import REPO_ROOT
-from workloads.demo import INC_WINDOW, MASTER_PORT, DemoError
+from workloads.demo import MASTER_PORT, DemoError
 from workloads.ddp import DDP_RTOL
 
 BACKENDS = ("gloo", "p4inc")
@@ -41,7 +42,7 @@ def run_ranks(fabric: Fabric, backend: str, worker_args: list[str], out_dir: Pat
             env = {**os.environ, "OMP_NUM_THREADS": "1", "RANK": str(rank), "WORLD_SIZE": str(len(hosts)),
                    "LOCAL_RANK": "0", "MASTER_ADDR": hosts[0].address, "MASTER_PORT": str(MASTER_PORT),
                    "GLOO_SOCKET_IFNAME": host.intf, "P4INC_INTERFACE": host.intf, "P4INC_JOB_ID": str(job.job_id),
-                   "P4INC_BACKEND": "inc", "P4INC_ELEMENTS_PER_PACKET": str(k), "P4INC_WINDOW": str(INC_WINDOW)}
+                   "P4INC_BACKEND": "inc", "P4INC_ELEMENTS_PER_PACKET": str(k), "P4INC_WINDOW": str(STAR_WINDOW)}
             with open(out_dir / f"rank{rank}.err", "w") as stderr:
                 procs.append(fabric.popen(host.name, [sys.executable, "-m", "workloads.ddp", "--backend", backend,
                                                       "-o", str(out_dir), *worker_args],
@@ -96,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     except (DemoError, FabricError, PieceError, TopologyError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    gloo, p4inc = runs["gloo"][0], runs["p4inc"][0]
+    gloo = runs["gloo"][0]
     scale = float(gloo["params"].abs().max())
     apart = max(float((r["params"] - gloo["params"]).abs().max()) for r in runs["p4inc"])
     correct = apart <= DDP_RTOL * scale
@@ -110,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.write_text(json.dumps({
         "workers": args.workers, "width": args.width, "steps": args.steps, "gradient_mib": gradient_mib,
         "target": args.target, "mtu": args.mtu, "elements_per_packet": args.elements_per_packet,
-        "window": INC_WINDOW, "median_step_s": median, "max_param_difference": apart, "correct": correct,
+        "window": STAR_WINDOW, "median_step_s": median, "max_param_difference": apart, "correct": correct,
         "step_s": {b: runs[b][0]["step_s"].tolist() for b in BACKENDS}}, indent=2))
     print(f"wrote {args.out}")
     return 0 if correct else 1

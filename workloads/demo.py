@@ -28,6 +28,7 @@ from tqdm import tqdm
 from bench.environment import describe_environment
 from bench.mpi import ROOT_ENV, mpi_missing, mpirun_command, write_launcher
 from hosts.args import settle_elements_per_packet, unwritable
+from hosts.inc import STAR_WINDOW
 from topologies.fabric import Fabric, FabricError, FabricOptions
 from topologies.pieces import (DEFAULT_PROGRAM, PieceError, clear_job_slots, compile_program, job_elements_per_packet,
                                setup_controller)
@@ -45,9 +46,6 @@ BACKENDS = ("inc", "ring", "mpi", "gloo")
 LABELS = {"inc": "INC", "ring": "host ring", "mpi": "MPI_Allreduce", "gloo": "gloo"}
 SHORT = {"ring": "ring", "mpi": "MPI", "gloo": "gloo"}      # the table's INC/... columns
 MASTER_PORT = 29500
-# INC chunks in flight per rank (P4INC_WINDOW), as `make bench` runs: one job on a star has all
-# of the program's 512 slots; hosts.dist's default (16) is for jobs that share a pool.
-INC_WINDOW = 128
 # One BLAS thread per rank, as torchrun sets OMP_NUM_THREADS=1: N ranks share the cores,
 # and OpenBLAS's spinning helper threads would slow every rank several-fold.
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
@@ -122,7 +120,7 @@ def run_decoder(fabric: Fabric, backend: str, worker_args: list[str], work_dir: 
                     **ONE_THREAD, "RANK": str(rank), "WORLD_SIZE": str(len(hosts)), "LOCAL_RANK": "0",
                     "MASTER_ADDR": hosts[0].address, "MASTER_PORT": str(MASTER_PORT),
                     "GLOO_SOCKET_IFNAME": host.intf, "P4INC_JOB_ID": str(job.job_id),
-                    "P4INC_ELEMENTS_PER_PACKET": str(k), "P4INC_WINDOW": str(INC_WINDOW), "P4INC_INTERFACE": host.intf,
+                    "P4INC_ELEMENTS_PER_PACKET": str(k), "P4INC_WINDOW": str(STAR_WINDOW), "P4INC_INTERFACE": host.intf,
                     "P4INC_TIMEOUT_MS": str(retransmit_ms)}, rank == 0)
         _follow(started[0][1], progress, f"N={len(hosts)} {backend}", timeout_s)
         deadline = time.monotonic() + 30
