@@ -26,7 +26,7 @@ from tqdm import tqdm
 
 from hosts.agent import JobConfig
 from hosts.args import settle_elements_per_packet, unwritable
-from hosts.engine import DEFAULT_SPIN, ENGINES
+from hosts.engine import DEFAULT_SPIN, ENGINES, spin_for
 from hosts.inc import MAX_WINDOW, STAR_WINDOW
 from topologies.fabric import Fabric, FabricError, FabricOptions
 from topologies.pieces import (DEFAULT_PROGRAM, PieceError, compile_program, job_elements_per_packet,
@@ -65,7 +65,7 @@ class Plan:
     elements_per_packet: int | None = None   # to build the program with (None: its default)
     eager_rounds: bool = JobConfig.eager_rounds   # INC workers' eager Broadcast/AllGather rounds
     leaves: int = 0                          # > 0: a leaf-spine of this many leaves under one spine, not a star
-    spin: float = DEFAULT_SPIN               # seconds INC's and the ring's engines read before they sleep
+    spin: float | None = None                # engines' read-before-sleep seconds (None: hosts.engine.spin_for)
 
     def topology(self, n: int) -> Topology:
         """The fabric of n workers: a star, or n / leaves hosts on each leaf of a leaf-spine
@@ -73,6 +73,10 @@ class Plan:
         if self.leaves:
             return leaf_spine(self.leaves, 1, n // self.leaves, mtu=self.mtu)
         return star(n, mtu=self.mtu)
+
+    def spin_for(self, n: int) -> float:
+        """The engines' spin with n workers on this machine's cores."""
+        return spin_for(n) if self.spin is None else self.spin
 
     def reps_for(self, size: int) -> int:
         return self.reps if size <= SMALL_BYTES else self.reps_large
@@ -92,7 +96,8 @@ class Trials:
             self._start(fabric, host, f"bench-{host}", [
                 sys.executable, "-m", "bench.worker", "--job-id", str(job.job_id), "--rank", str(rank),
                 "--peers", peers, "--window", str(plan.window), "--timeout", str(plan.timeout),
-                "--elements-per-packet", str(self.k), "--engine", plan.engine, "--spin", str(plan.spin),
+                "--elements-per-packet", str(self.k), "--engine", plan.engine,
+                "--spin", str(plan.spin_for(len(job.workers))),
                 "--eager-rounds" if plan.eager_rounds else "--no-eager-rounds"])
             for rank, host in enumerate(job.workers)]
         self.mpi: list[subprocess.Popen] = []
@@ -275,9 +280,10 @@ def add_trial_options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--eager-rounds", action=argparse.BooleanOptionalAction, default=JobConfig.eager_rounds,
                     help="INC workers use eager Broadcast and AllGather rounds (docs/protocol.md; default "
                          f"{'on' if JobConfig.eager_rounds else 'off'}, as JobConfig.eager_rounds)")
-    ap.add_argument("--spin", type=float, default=DEFAULT_SPIN, metavar="SECONDS",
+    ap.add_argument("--spin", type=float, metavar="SECONDS",
                     help="seconds the compiled engine (INC's and the ring's) reads before it sleeps, as Open MPI's "
-                         f"ranks poll with mpi_yield_when_idle (default {DEFAULT_SPIN}; 0: sleep at once)")
+                         f"ranks poll (default {DEFAULT_SPIN} while the workers are no more than the machine's cores, "
+                         "0 beyond: they need the cores to run; 0: sleep at once)")
     ap.add_argument("--mtu", type=int, default=DEFAULT_MTU,
                     help=f"MTU of every link, for INC, the ring and MPI alike (default {DEFAULT_MTU}; 9000: jumbo)")
     ap.add_argument("--elements-per-packet", type=int, metavar="K",
@@ -291,6 +297,8 @@ def check_trial_options(ap: argparse.ArgumentParser, args: argparse.Namespace, w
         ap.error("--workers must be 2..8 and --reps and --reps-large at least 1")
     if not 1 <= args.window <= MAX_WINDOW or not 0 < args.timeout < math.inf or not 0 < args.trial_timeout < math.inf:
         ap.error(f"--window must be 1..{MAX_WINDOW} and --timeout and --trial-timeout positive")
+    if args.spin is not None and not 0 <= args.spin < 1:
+        ap.error("--spin must be 0 or more seconds, under one")
     settle_elements_per_packet(ap, args)
 
 
@@ -361,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
     k = program_elements_per_packet(results if args.budget else [r for rs in results for r in rs])
     config = {"payload_bytes": 4 * k, "elements_per_packet": k, "mtu": plan.mtu, "dtype": plan.dtype,
               "window": plan.window, "timeout_s": plan.timeout, "reps": plan.reps, "reps_large": plan.reps_large,
-              "engine": plan.engine, "spin_s": plan.spin,
+              "engine": plan.engine, "spin_s": {n: plan.spin_for(n) for n in plan.workers},
               "algorithms": list(plan.algorithms), "workers": plan.workers, "leaves": plan.leaves, "sizes": plan.sizes,
               "duration_s": time.monotonic() - started,
               "command": "python -m bench " + " ".join(argv if argv is not None else sys.argv[1:])}

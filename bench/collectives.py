@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     sizes = args.sizes or DEFAULT_SIZES
     plan = Plan([args.workers], sizes, args.reps, args.reps_large, ("inc", "ring"), args.dtype,
                 args.window, args.timeout, args.trial_timeout, args.target, args.engine, args.mtu,
-                args.elements_per_packet, args.eager_rounds)
+                args.elements_per_packet, args.eager_rounds, spin=args.spin)
     options = FabricOptions(target=args.target, build_dir=ROOT / "build" / "bench")
     started, load_before = time.monotonic(), os.getloadavg()
     total = 2 * sum(plan.reps_for(s) for c in args.collectives for s in ([0] if c == "barrier" else sizes))
@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     k = program_elements_per_packet(runs)
     config = {"payload_bytes": 4 * k, "elements_per_packet": k, "mtu": plan.mtu, "dtype": plan.dtype,
               "window": plan.window, "timeout_s": plan.timeout, "reps": plan.reps, "reps_large": plan.reps_large,
-              "engine": plan.engine, "eager_rounds": plan.eager_rounds,
+              "engine": plan.engine, "eager_rounds": plan.eager_rounds, "spin_s": plan.spin_for(args.workers),
               "workers": args.workers, "sizes": sizes, "collectives": args.collectives, "root": COLLECTIVE_ROOT,
               "baselines": {c: BASELINES[c] for c in args.collectives},
               # The machine's 1, 5 and 15 minute load averages: other work on it slows both sides.

@@ -15,14 +15,14 @@ import time
 from pathlib import Path
 
 from hosts.args import settle_elements_per_packet
+from hosts.engine import spin_for
 from hosts.inc import STAR_WINDOW
 from topologies.fabric import Fabric, FabricError, FabricOptions
-from topologies.pieces import (DEFAULT_PROGRAM, PieceError, clear_job_slots, compile_program, job_elements_per_packet,
-                               setup_controller)
+from topologies.pieces import DEFAULT_PROGRAM, PieceError, clear_job_slots, compile_program, setup_controller
 from topologies.procs import end_child
 from topologies.spec import DEFAULT_MTU, TopologyError, star
 from topologies.switches import REPO_ROOT
-from workloads.demo import MASTER_PORT, DemoError
+from workloads.demo import DemoError, rank_env
 from workloads.ddp import DDP_RTOL
 
 BACKENDS = ("gloo", "p4inc")
@@ -35,14 +35,10 @@ def run_ranks(fabric: Fabric, backend: str, worker_args: list[str], out_dir: Pat
     hosts = [fabric.topo.hosts[h] for h in job.workers]
     out_dir.mkdir(parents=True, exist_ok=True)
     clear_job_slots(fabric.options.topology_path, job.job_id, fabric.options.target)
-    k = job_elements_per_packet(fabric.options.topology_path, job.job_id)
     procs = []
     try:
         for rank, host in enumerate(hosts):
-            env = {**os.environ, "OMP_NUM_THREADS": "1", "RANK": str(rank), "WORLD_SIZE": str(len(hosts)),
-                   "LOCAL_RANK": "0", "MASTER_ADDR": hosts[0].address, "MASTER_PORT": str(MASTER_PORT),
-                   "GLOO_SOCKET_IFNAME": host.intf, "P4INC_INTERFACE": host.intf, "P4INC_JOB_ID": str(job.job_id),
-                   "P4INC_BACKEND": "inc", "P4INC_ELEMENTS_PER_PACKET": str(k), "P4INC_WINDOW": str(STAR_WINDOW)}
+            env = {**os.environ, **rank_env(fabric, rank), "P4INC_BACKEND": "inc"}
             with open(out_dir / f"rank{rank}.err", "w") as stderr:
                 procs.append(fabric.popen(host.name, [sys.executable, "-m", "workloads.ddp", "--backend", backend,
                                                       "-o", str(out_dir), *worker_args],
@@ -111,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.write_text(json.dumps({
         "workers": args.workers, "width": args.width, "steps": args.steps, "gradient_mib": gradient_mib,
         "target": args.target, "mtu": args.mtu, "elements_per_packet": args.elements_per_packet,
-        "window": STAR_WINDOW, "median_step_s": median, "max_param_difference": apart, "correct": correct,
+        "window": STAR_WINDOW, "spin_s": spin_for(args.workers), "median_step_s": median, "max_param_difference": apart, "correct": correct,
         "step_s": {b: runs[b][0]["step_s"].tolist() for b in BACKENDS}}, indent=2))
     print(f"wrote {args.out}")
     return 0 if correct else 1

@@ -28,6 +28,7 @@ from tqdm import tqdm
 from bench.environment import describe_environment
 from bench.mpi import ROOT_ENV, mpi_missing, mpirun_command, write_launcher
 from hosts.args import settle_elements_per_packet, unwritable
+from hosts.engine import spin_for
 from hosts.inc import STAR_WINDOW
 from topologies.fabric import Fabric, FabricError, FabricOptions
 from topologies.pieces import (DEFAULT_PROGRAM, PieceError, clear_job_slots, compile_program, job_elements_per_packet,
@@ -88,6 +89,19 @@ class Summary:
                    max(r.comparison.max_error for r in runs), runs[0].comparison.tolerance)
 
 
+def rank_env(fabric: Fabric, rank: int) -> dict[str, str]:
+    """The launcher's variables (torchrun's, and hosts.dist's P4INC_*) of the job's rank `rank`,
+    one rank per Mininet host; every host shares this machine's cores, which sets the spin."""
+    job = fabric.topo.jobs[0]
+    hosts = [fabric.topo.hosts[h] for h in job.workers]
+    host = hosts[rank]
+    return {**ONE_THREAD, "RANK": str(rank), "WORLD_SIZE": str(len(hosts)), "LOCAL_RANK": "0",
+            "MASTER_ADDR": hosts[0].address, "MASTER_PORT": str(MASTER_PORT), "GLOO_SOCKET_IFNAME": host.intf,
+            "P4INC_INTERFACE": host.intf, "P4INC_JOB_ID": str(job.job_id),
+            "P4INC_ELEMENTS_PER_PACKET": str(job_elements_per_packet(fabric.options.topology_path, job.job_id)),
+            "P4INC_WINDOW": str(STAR_WINDOW), "P4INC_SPIN_US": f"{1e6 * spin_for(len(hosts)):g}"}
+
+
 def run_decoder(fabric: Fabric, backend: str, worker_args: list[str], work_dir: Path,
                 progress: tqdm | None, reference, timeout_s: float, retransmit_ms: float = 50.0) -> Run:
     """Start the tp_workers (one per host, with launcher variables; for MPI, mpirun starts them),
@@ -114,14 +128,9 @@ def run_decoder(fabric: Fabric, backend: str, worker_args: list[str], work_dir: 
             start("mpirun", hosts[0].name, mpirun_command(fabric, list(job.workers), launcher, REPO_ROOT,
                                                           tuple(worker), ONE_THREAD), ROOT_ENV, True)
         else:
-            k = job_elements_per_packet(fabric.options.topology_path, job.job_id)
             for rank, host in enumerate(hosts):
-                start(f"rank {rank}", host.name, [sys.executable, *worker], {
-                    **ONE_THREAD, "RANK": str(rank), "WORLD_SIZE": str(len(hosts)), "LOCAL_RANK": "0",
-                    "MASTER_ADDR": hosts[0].address, "MASTER_PORT": str(MASTER_PORT),
-                    "GLOO_SOCKET_IFNAME": host.intf, "P4INC_JOB_ID": str(job.job_id),
-                    "P4INC_ELEMENTS_PER_PACKET": str(k), "P4INC_WINDOW": str(STAR_WINDOW), "P4INC_INTERFACE": host.intf,
-                    "P4INC_TIMEOUT_MS": str(retransmit_ms)}, rank == 0)
+                start(f"rank {rank}", host.name, [sys.executable, *worker],
+                      {**rank_env(fabric, rank), "P4INC_TIMEOUT_MS": str(retransmit_ms)}, rank == 0)
         _follow(started[0][1], progress, f"N={len(hosts)} {backend}", timeout_s)
         deadline = time.monotonic() + 30
         for _, proc, _ in started:

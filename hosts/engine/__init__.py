@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import socket
 import struct
 from pathlib import Path
@@ -37,10 +38,18 @@ DEFINES = {"INC_VERSION": protocol.INC_VERSION, "INC_HEADER_SIZE": protocol.HEAD
                "FLAG_RETRANSMIT", "FLAG_EAGER", "COLL_BROADCAST", "COLL_BARRIER")},
            **{name: getattr(quantize, name) for name in ("EXPONENT_MIN", "EXPONENT_MAX", "WIRE_BITS")}}
 
-__all__ = ["BuildError", "DEFAULT_SPIN", "ENGINES", "DTYPES", "DEFINES", "library", "unavailable", "address"]
+__all__ = ["BuildError", "DEFAULT_SPIN", "spin_for", "ENGINES", "DTYPES", "DEFINES", "library", "unavailable", "address"]
 
 
 @functools.lru_cache(maxsize=1)
+def spin_for(ranks_here: int) -> float:
+    """The spin of one of `ranks_here` ranks that share this machine's cores: DEFAULT_SPIN where
+    each has a core of its own, else none. Ranks that outnumber the cores need them to run, not
+    to read (Mininet, N=8 on 2 cores: a 1 MiB call 20-30% slower and 50% more CPU spinning, small
+    calls no faster); Open MPI likewise polls politely once it finds more ranks than cores."""
+    return DEFAULT_SPIN if ranks_here <= len(os.sched_getaffinity(0)) else 0.0
+
+
 def library() -> Built:
     """The engine, built (or found in the cache) and loaded once per process."""
     sources = {name: (HERE / name).read_text() for name in SOURCES}

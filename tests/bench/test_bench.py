@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from bench import budget, host, p4sim
+from hosts.engine import spin_for
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -45,7 +46,8 @@ def test_host_bench_gets_the_tensor_back_over_both_transports(tmp_path):
 
 
 def test_bench_refuses_bad_arguments_with_usage():
-    for args in (["--workers", "9"], ["--sizes", "2"], ["--sizes", "x"], ["--window", "0"], ["--reps-large", "0"]):
+    for args in (["--workers", "9"], ["--sizes", "2"], ["--sizes", "x"], ["--window", "0"], ["--reps-large", "0"],
+                 ["--spin", "-1"]):
         proc = subprocess.run([sys.executable, "-m", "bench", *args], cwd=REPO, capture_output=True, text=True)
         assert proc.returncode == 2, args
         assert "usage:" in proc.stderr and "Traceback" not in proc.stderr
@@ -93,6 +95,8 @@ def test_bench_in_mininet_writes_checked_runs_for_inc_ring_and_mpi(tmp_path, fab
     assert inc[131072]["elements"] == 2 * 32768 and result["config"]["elements_per_packet"] == 32
     # Every point records the CPU all workers' processes spent per call (MPI's ranks too).
     assert all(len(r["cpu_s"]) == len(r["times_s"]) and r["cpu_per_call_s"] > 0 for r in runs)
+    # Two workers share this machine's cores: they spin if each has one (hosts.engine.spin_for).
+    assert result["config"]["spin_s"] == {"2": spin_for(2)}
     assert result["environment"]["versions"]["p4inc"] == head.stdout.strip()
     assert isinstance(result["environment"]["dirty"], bool)
 

@@ -17,7 +17,7 @@ import pytest
 
 from hosts import dist
 from hosts.dist import DistError, LaunchEnv, Options, ReduceOp
-from hosts.engine import unavailable
+from hosts.engine import DEFAULT_SPIN, unavailable
 from hosts.inc import INC_K
 from tests.workloads.aggregator import LoopbackAggregator
 from workloads.decoder import DecoderConfig, compare, prompt_tokens, reference_generate
@@ -134,6 +134,18 @@ def test_elements_per_packet_and_engine_come_from_p4inc_variables():
         with pytest.raises(DistError, match=message):
             Options.from_environ(env)
 
+
+
+def test_the_spin_follows_the_ranks_that_share_the_machines_cores(monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    assert Options.from_environ({}).spin == DEFAULT_SPIN                   # one rank here: its own core
+    assert Options.from_environ({"LOCAL_WORLD_SIZE": "2"}).spin == DEFAULT_SPIN
+    assert Options.from_environ({"LOCAL_WORLD_SIZE": "3"}).spin == 0.0      # torchrun's count
+    assert Options.from_environ({"OMPI_COMM_WORLD_LOCAL_SIZE": "8"}).spin == 0.0    # mpirun's
+    assert Options.from_environ({"LOCAL_WORLD_SIZE": "8", "P4INC_SPIN_US": "250"}).spin == pytest.approx(250e-6)
+    for bad in ("-1", "1e6", "x"):
+        with pytest.raises(DistError, match="P4INC_SPIN_US|malformed"):
+            Options.from_environ({"P4INC_SPIN_US": bad})
 
 @pytest.mark.parametrize("engine", ["c", "python"])
 @pytest.mark.parametrize("backend", ["inc", "ring"])
