@@ -175,7 +175,7 @@ class Worker:
     last_stats: CallStats | None = None
     rto: RtoEstimator = field(init=False)
     cwnd: CongestionWindow = field(init=False)
-    _basis: np.ndarray | None = field(default=None, repr=False)   # last float call's agreed exponents
+    _bases: list[np.ndarray] = field(default_factory=list, repr=False)   # float calls' agreed exponents (_remember)
     # When the first result ever came: until then every peer may still be starting up.
     _live_since: float = field(default=math.inf, repr=False)
     # A result said that the switch runs eager Broadcast rounds (FLAG_EAGER): calls after the one
@@ -186,7 +186,7 @@ class Worker:
     # maybe still in the call before), by unwrapped seq: at most a window of them (_keep_early).
     _early: dict[int, bytes] = field(default_factory=dict, repr=False)
     # The compiled engine, if this worker uses it: then it keeps the timers, the window, the
-    # last float call's exponents and the first result's time, and `rto` and `cwnd` are
+    # last float calls' exponents and the first result's time, and `rto` and `cwnd` are
     # copies of its state, refreshed after each call.
     _engine: "_IncEngine | None" = field(default=None, init=False, repr=False)
 
@@ -533,7 +533,7 @@ _INT32, _ORDERED, _GATHER, _FLOAT = 0, 1, 2, 3
 
 class _IncEngine:
     """A Worker's calls in the compiled engine (hosts/engine/inc.c): the C state of the worker
-    (job, timers, window, last float call's exponents) and one call at a time through it."""
+    (job, timers, window, last float calls' exponents) and one call at a time through it."""
 
     def __init__(self, worker: Worker) -> None:
         built = engine.library()
@@ -826,7 +826,7 @@ class _Float32Call(_Call):
     """Block floating point in one pass (docs/protocol.md): every worker derives each item's
     exponent alike from results all of them have, so no exponent round trip precedes the
     data. The guess for a chunk is the exponent agreed for it in the last call of the same
-    length, else (first window) the last call's largest or 0, else the exponent agreed for
+    length (of the KEPT_BASES kept), else (first window) the last call's largest or 0, else the exponent agreed for
     the chunk its slot carried last; plus exponent_margin. A chunk whose guess was wrong
     (OVERFLOW, or more than exponent_slack too coarse) goes again at the exponent its result
     agreed (`need`), as item j + window, or at the end of the call."""
@@ -846,10 +846,10 @@ class _Float32Call(_Call):
         self.agreed = np.full(self.m, quantize.EXPONENT_MIN, np.int64)
         # Guesses every worker can make before any result: all chunks after a call of the same
         # length, else the first window. Those are quantised here, at once.
-        previous = worker._basis
-        known = self.m if previous is not None and len(previous) == self.m else min(self.m, self.window)
+        guesses, same = _first_guess(worker._bases, self.m)
+        known = self.m if same else min(self.m, self.window)
         self.used = np.zeros(self.m, np.int64)             # the exponent of each chunk's last item
-        self.used[:known] = _bounded_guess(_first_guess(previous, self.m)[:known] + self.margin)
+        self.used[:known] = _bounded_guess(guesses[:known] + self.margin)
         self.prepared = self._quantized(np.arange(known))
         self.known = known
         self.item_chunk: list[int] = []
@@ -919,7 +919,7 @@ class _Float32Call(_Call):
         t0 = time.monotonic()
         if self.first_pass_done is not None and self.stats.redone_chunks:
             self.stats.exponent_s = max(0.0, t0 - self.first_pass_done)
-        self.worker._basis = self.agreed.copy()
+        self.worker._bases = _remember(self.worker._bases, self.agreed.copy())
         if self.failed:
             raise float_overflow(sorted(self.failed), self.dtype, self.k)
         values, finite = numerics.from_sums(quantize.dequantize(self.sums, self.used, self.n), self.dtype)
@@ -962,14 +962,24 @@ def _bounded_guess(exponent: np.ndarray | int) -> np.ndarray | int:
     return np.minimum(np.maximum(exponent, quantize.EXPONENT_MIN + 1), quantize.EXPONENT_MAX)
 
 
-def _first_guess(basis: np.ndarray | None, m: int) -> np.ndarray:
-    """The first window's bases: the last float call's agreed exponents (per chunk if it had
-    as many chunks, else their max; all-zero chunks take the max), 0 for the first call.
-    Derived only from results every worker saw, so every worker guesses the same."""
-    if basis is None:
-        return np.zeros(m, np.int64)
+def _first_guess(bases: list[np.ndarray], m: int) -> tuple[np.ndarray, bool]:
+    """The first window's bases, and whether they come from a call of m chunks: a kept call of
+    the same length's agreed exponents, per chunk, with all-zero chunks at that call's largest;
+    else the newest call's largest for every chunk; 0 before any float call. Derived only from
+    results every worker saw, so every worker guesses the same."""
+    if not bases:
+        return np.zeros(m, np.int64), False
+    same = [b for b in bases if len(b) == m]
+    basis = same[0] if same else bases[-1]
     largest = int(basis.max())           # EXPONENT_MIN (all-zero) is below every known exponent
     fallback = largest if largest > quantize.EXPONENT_MIN else 0
-    if len(basis) != m:
-        return np.full(m, fallback, np.int64)
-    return np.where(basis > quantize.EXPONENT_MIN, basis, fallback)
+    if not same:
+        return np.full(m, fallback, np.int64), False
+    return np.where(basis > quantize.EXPONENT_MIN, basis, fallback), True
+
+
+def _remember(bases: list[np.ndarray], agreed: np.ndarray) -> list[np.ndarray]:
+    """The kept calls after one that agreed `agreed`: the newest last, one per length, at most
+    KEPT_BASES (a training step's buckets come round in the same order with the same lengths)."""
+    others = [b for b in bases if len(b) != len(agreed)]
+    return others[max(0, len(others) - quantize.KEPT_BASES + 1):] + [agreed]

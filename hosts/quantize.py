@@ -12,6 +12,7 @@ EXPONENT_MIN = -128     # an all-zero chunk: no constraint
 EXPONENT_MAX = 127      # int8; values at or above 2^127 cannot be represented
 WIRE_BITS = 30          # |q| < 2^(WIRE_BITS - L): N of them sum below 2^30, a bit to spare for rounding
 EXPONENT_SLACK = 4      # a chunk sent at an exponent this much above the agreed one is not redone
+KEPT_BASES = 4          # float calls of distinct lengths whose agreed exponents guess the next such call
 
 
 def headroom_bits(num_workers: int) -> int:

@@ -36,12 +36,11 @@ DEFINES = {"INC_VERSION": protocol.INC_VERSION, "INC_HEADER_SIZE": protocol.HEAD
            **{name: getattr(protocol, name) for name in (
                "OP_CONTRIB", "OP_RESULT", "OP_RING", "OP_RING_ACK", "OP_JOIN", "OP_ACK", "FLAG_OVERFLOW",
                "FLAG_RETRANSMIT", "FLAG_EAGER", "COLL_BROADCAST", "COLL_BARRIER")},
-           **{name: getattr(quantize, name) for name in ("EXPONENT_MIN", "EXPONENT_MAX", "WIRE_BITS")}}
+           **{name: getattr(quantize, name) for name in ("EXPONENT_MIN", "EXPONENT_MAX", "WIRE_BITS", "KEPT_BASES")}}
 
 __all__ = ["BuildError", "DEFAULT_SPIN", "spin_for", "ENGINES", "DTYPES", "DEFINES", "library", "unavailable", "address"]
 
 
-@functools.lru_cache(maxsize=1)
 def spin_for(ranks_here: int) -> float:
     """The spin of one of `ranks_here` ranks that share this machine's cores: DEFAULT_SPIN where
     each has a core of its own, else none. Ranks that outnumber the cores need them to run, not
@@ -50,6 +49,7 @@ def spin_for(ranks_here: int) -> float:
     return DEFAULT_SPIN if ranks_here <= len(os.sched_getaffinity(0)) else 0.0
 
 
+@functools.lru_cache(maxsize=1)
 def library() -> Built:
     """The engine, built (or found in the cache) and loaded once per process."""
     sources = {name: (HERE / name).read_text() for name in SOURCES}

@@ -52,8 +52,7 @@ typedef struct {
     double live_since;               /* when the first result ever came (CLOCK_MONOTONIC), else inf */
     int eager;                       /* a result said the switch runs eager Broadcast rounds (FLAG_EAGER) */
     int after_eager;                 /* the last call was eager: it ended on a gate */
-    int16_t *basis;                  /* the last float call's agreed exponents (NULL before one) */
-    int64_t basis_len;
+    void *bases;                     /* the last float calls' agreed exponents (inc.c bases_t; NULL before one) */
     eng_counters counters;
     void *scratch;                   /* the calls' memory, kept from call to call (grown as needed) */
     size_t scratch_size;

@@ -577,21 +577,73 @@ static void exchange(call_t *t)
 
 /* ---- before and after ---- */
 
-/* The first window's bases: the last float call's agreed exponents (per chunk if it had as
-   many chunks, else their max; all-zero chunks take the max), 0 for the first call. */
+/* The agreed exponents of the last KEPT_BASES float calls of distinct lengths, newest last: a
+   training step's buckets come round in the same order with the same lengths. */
+typedef struct {
+    int count;
+    int64_t len[KEPT_BASES];
+    int16_t *exps[KEPT_BASES];
+} bases_t;
+
+/* The first window's bases (hosts/agent.py _first_guess): a kept call of the same length's agreed
+   exponents, per chunk, with all-zero chunks at that call's largest; else the newest call's largest
+   for every chunk; 0 before any float call. */
 static void first_guesses(call_t *t)
 {
     inc_engine *e = t->e;
-    int same = e->basis != NULL && e->basis_len == t->m;
+    const bases_t *b = e->bases;
+    int have = b != NULL && b->count > 0, at = have ? b->count - 1 : -1;
+    for (int i = 0; have && i < b->count; i++)
+        if (b->len[i] == t->m)
+            at = i;
+    int same = have && b->len[at] == t->m;
+    const int16_t *basis = have ? b->exps[at] : NULL;
     t->known = same ? t->m : (t->m < e->window ? t->m : e->window);
     int64_t largest = EXPONENT_MIN;
-    for (int64_t c = 0; e->basis != NULL && c < e->basis_len; c++)
-        largest = e->basis[c] > largest ? e->basis[c] : largest;
+    for (int64_t c = 0; have && c < b->len[at]; c++)
+        largest = basis[c] > largest ? basis[c] : largest;
     int64_t fallback = largest > EXPONENT_MIN ? largest : 0;
     for (int64_t c = 0; c < t->known; c++) {
-        int64_t guess = e->basis == NULL ? 0 : same && e->basis[c] > EXPONENT_MIN ? e->basis[c] : fallback;
+        int64_t guess = !have ? 0 : same && basis[c] > EXPONENT_MIN ? basis[c] : fallback;
         t->used[c] = (int16_t)bounded_guess(guess + e->exponent_margin);
     }
+}
+
+/* Keep this call's agreed exponents as the newest, in place of a kept call of its length, else of
+   the oldest when KEPT_BASES are kept (hosts/agent.py _remember). */
+static void remember_basis(inc_engine *e, const int16_t *agreed, int64_t m)
+{
+    bases_t *b = e->bases;
+    if (b == NULL && (b = e->bases = calloc(1, sizeof *b)) == NULL)
+        return;
+    int at = 0;
+    while (at < b->count && b->len[at] != m)
+        at++;
+    int16_t *keep = NULL;
+    if (at < b->count || b->count == KEPT_BASES) {
+        at = at < b->count ? at : 0;
+        keep = b->exps[at];
+        for (int i = at; i < b->count - 1; i++) {
+            b->exps[i] = b->exps[i + 1];
+            b->len[i] = b->len[i + 1];
+        }
+        b->count--;
+    }
+    int16_t *grown = realloc(keep, (size_t)m * sizeof *grown);
+    if (grown == NULL) {
+        free(keep);
+        return;
+    }
+    memcpy(grown, agreed, (size_t)m * sizeof *grown);
+    b->exps[b->count] = grown;
+    b->len[b->count++] = m;
+}
+
+static void free_bases(bases_t *b)
+{
+    for (int i = 0; b != NULL && i < b->count; i++)
+        free(b->exps[i]);
+    free(b);
 }
 
 static int cmp_int64(const void *a, const void *b)
@@ -607,12 +659,7 @@ static void finish_float(call_t *t)
     double t0 = eng_now();
     if (t->has_first_pass_done && c->stats.redone_chunks)
         c->stats.exponent_s = fmax(0.0, t0 - t->first_pass_done);
-    int16_t *basis = realloc(e->basis, (size_t)t->m * sizeof *basis);
-    if (basis != NULL) {
-        memcpy(basis, t->agreed, (size_t)t->m * sizeof *basis);
-        e->basis = basis;
-        e->basis_len = t->m;
-    }
+    remember_basis(e, t->agreed, t->m);
     if (t->failed_count) {
         qsort(t->failed, (size_t)t->failed_count, sizeof *t->failed, cmp_int64);
         memcpy(c->bad_chunks, t->failed, (size_t)t->failed_count * sizeof *t->failed);
@@ -782,7 +829,7 @@ void inc_free(inc_engine *e)
 {
     if (e == NULL)
         return;
-    free(e->basis);
+    free_bases(e->bases);
     free(e->scratch);
     if (e->receive != NULL)
         recv_free(e->receive);

@@ -191,6 +191,24 @@ def test_float32_redoes_at_most_the_first_window_once_then_one_packet_per_chunk(
     assert counter(switch, "MyIngress.contributions") == n * items     # each item added once per worker
 
 
+def test_float32_buckets_that_come_round_each_guess_from_their_own_last_call(switch: Switch, job_fabric) -> None:
+    """DDP reduces a step's buckets in the same order each step: each length keeps its exponents."""
+    n, window = 3, 4
+    workers, _ = job_fabric(n, window)
+    rng = np.random.default_rng(8)
+    buckets = [(20, 1e4), (6, 1e-3), (9, 1.0)]      # (chunks, scale): magnitudes far apart
+    for step in range(3):
+        for chunks, scale in buckets:
+            inputs = normal_floats(rng, n, chunks * INC_K, scale)
+            exact = np.sum(np.array(inputs, np.float64), axis=0)
+            for out, stats in allreduce_all(workers, inputs):
+                np.testing.assert_allclose(out, exact, rtol=0, atol=scale * 2.0**-14)
+                if step == 0:
+                    assert stats.redone_chunks > 0       # guessed from the call before: another bucket's
+                else:
+                    assert stats.redone_chunks == 0, (step, chunks)
+
+
 def test_float32_chunks_whose_magnitude_jumps_are_redone_and_still_exact_to_the_bound(switch: Switch,
                                                                                        job_fabric) -> None:
     n, window, chunks = 3, 4, 30

@@ -114,6 +114,11 @@ def matrix_calls() -> list[Call]:
         for size, scale in ((1, 1.0), (INC_K + 1, 1.0), (300, 1.0), (300, 1e3 if dtype != np.float16 else 30.0)):
             xs = inputs(seed := seed + 1, size, dtype, scale)
             calls.append(lambda wk, w, xs=xs: wk.allreduce(xs[w]))
+    # Buckets that come round, as DDP's do, more lengths than the engines keep exponents for.
+    buckets = [inputs(seed := seed + 1, size * INC_K + 3, np.dtype(np.float32), scale)
+               for size, scale in ((2, 1e4), (5, 1e-3), (3, 1.0), (4, 1e2), (6, 1e-1))]
+    for xs in buckets[:2] * 2 + buckets + buckets[::-1]:
+        calls.append(lambda wk, w, xs=xs: wk.allreduce(xs[w]))
     for op in ("min", "max"):
         for dtype in (np.int32, np.float32):
             xs = inputs(seed := seed + 1, 3 * INC_K + 7, np.dtype(dtype))
