@@ -212,7 +212,7 @@ def _pool(args: argparse.Namespace) -> int:
         try:
             with PoolServer(pool, args.listen) as server:
                 log.info("serving the slot pool at %s (Ctrl-C to stop)", server.address)
-                watch(switches, topo, pipeline, stop, args.poll)
+                watch(switches, topo, pipeline, stop, args.poll, reconciled=pool.reinstall)
         finally:
             pool.close()
     finally:

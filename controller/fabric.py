@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -79,9 +80,11 @@ def record_elements_per_packet(topo: Topology, k: int, path: Path) -> None:
 
 
 def watch(switches: list[Switch], topo: Topology, pipeline: Pipeline, stop: threading.Event,
-          poll_s: float = 1.0, connect_timeout_s: float = 2.0) -> None:
+          poll_s: float = 1.0, connect_timeout_s: float = 2.0,
+          reconciled: Callable[[Switch], None] | None = None) -> None:
     """Keep each switch set up until `stop` is set; a switch whose stream ended is
-    reconnected and reconciled (a restarted switch gets the pipeline and all state back)."""
+    reconnected and reconciled (a restarted switch gets the pipeline and all state back),
+    then handed to `reconciled` for what the topology does not hold (the slot pool's jobs)."""
     up: dict[str, bool] = {sw.name: False for sw in switches}
     waiting: set[str] = set()
     while not stop.is_set():
@@ -114,4 +117,9 @@ def watch(switches: list[Switch], topo: Topology, pipeline: Pipeline, stop: thre
             log.info("%s: reconciled (pipeline %s, %d forwarding updates, jobs admitted %s)",
                      sw.name, "pushed" if result.pipeline_pushed else "kept",
                      result.forwarding_updates, list(result.jobs_admitted) or "none")
+            if reconciled is not None:
+                try:
+                    reconciled(sw)
+                except ControllerError as e:
+                    log.error("%s: %s", sw.name, e)
         stop.wait(poll_s)

@@ -20,7 +20,7 @@ from protocol import MAX_WORKERS
 
 from .allreduce import Job, JobForward, JobTree, candidate_trees, tree_forwards, tree_jobs
 from .errors import ControllerError
-from .install import install_job, install_job_forward, program_sizes, remove_job, remove_job_forward
+from .install import install_job, install_job_forward, install_jobs, program_sizes, remove_job, remove_job_forward
 from .switch import Switch
 
 log = logging.getLogger(__name__)
@@ -172,6 +172,18 @@ class JobPool:
             self._remove(grant)
             log.info("pool: job %d released its %d slots of %s", job_id, grant.num_slots,
                      ", ".join(s for s, _ in grant.jobs))
+
+    def reinstall(self, sw: Switch) -> None:
+        """Install every granted job's entries on `sw` again: a restarted switch came back with
+        the topology's state only (`watch`). Its slots start cleared; the workers send again
+        what it lost, so calls in flight finish on the switch if it is back in time."""
+        with self._lock:
+            jobs = [job for g in self.grants.values() for s, job in g.jobs if s == sw.name]
+            forwards = [fwd for g in self.grants.values() for s, fwd in g.forwards if s == sw.name]
+            if jobs or forwards:
+                install_jobs(sw, jobs, forwards)
+                log.info("pool: %s: jobs %s reinstalled", sw.name,
+                         " ".join(str(j) for j in sorted({j.job_id for j in jobs} | {f.job_id for f in forwards})))
 
     def _allocate(self, trees: list[JobTree], job_id: int, num_slots: int) -> tuple[JobTree, dict[str, int]]:
         """The first tree with `num_slots` free on every switch that sums it, and the slot base

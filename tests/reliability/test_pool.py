@@ -13,7 +13,7 @@ import subprocess
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 import pytest
@@ -21,6 +21,7 @@ import pytest
 from controller.allreduce import INC_JOB, JobTree, candidate_trees
 from controller.install import install_forwarding
 from controller.control import push_pipeline, read_multicast_groups, read_table_entries
+from controller.fabric import watch
 from controller.pool import CANNOT_AGGREGATE, NO_ROOM, JobPool, PoolRefused, PoolServer, SlotPool
 from controller.switch import Pipeline, Switch
 from hosts import numerics
@@ -286,10 +287,8 @@ def test_three_jobs_on_a_pool_for_two_the_third_falls_back_and_all_are_exact(
 
 
 def run_through_a_switch_loss(agents: list[FallbackAllReduce], calls: list[list[np.ndarray]],
-                              server: InProcessP4sim, died: threading.Event, pipeline: Pipeline,
-                              topo: Topology) -> list[list[np.ndarray]]:
-    """Each rank makes every call, then closes; once `died` is set the switch is restarted with
-    forwarding only (as `controller watch` brings back a topology without the pool's jobs)."""
+                              died: threading.Event, bring_back: Callable[[], None]) -> list[list[np.ndarray]]:
+    """Each rank makes every call, then closes; once `died` is set, `bring_back` restarts the switch."""
     def rank(r: int) -> list[np.ndarray]:
         try:
             return [agents[r].allreduce(call[r]) for call in calls]
@@ -299,11 +298,33 @@ def run_through_a_switch_loss(agents: list[FallbackAllReduce], calls: list[list[
     with ThreadPoolExecutor(len(agents)) as threads:
         futures = [threads.submit(rank, r) for r in range(len(agents))]
         assert died.wait(HANG_GUARD_S)
+        bring_back()
+        return [f.result(timeout=HANG_GUARD_S) for f in futures]
+
+
+def forwarding_only(server: InProcessP4sim, pipeline: Pipeline, topo: Topology) -> Callable[[], None]:
+    """Restart the switch with forwarding only, as `controller watch` brings back a topology
+    whose controller serves no pool: the pool's jobs are gone."""
+    def bring_back() -> None:
         server.restart()
         with Switch("s1", server.addr) as again:
             push_pipeline(again, pipeline)
             install_forwarding(again, topo, "s1")
-        return [f.result(timeout=HANG_GUARD_S) for f in futures]
+    return bring_back
+
+
+def die_when_sent(server: InProcessP4sim, transport: HookedTransport, sends: int) -> threading.Event:
+    """An event set when the switch died, at once, from the sending thread, as `transport`
+    sent its `sends`-th packet: had the test's thread killed the switch on waking, the switch
+    could have finished the call in the meantime (CI saw it)."""
+    died = threading.Event()
+
+    def die() -> None:
+        if transport.sends == sends:
+            server.die()
+            died.set()
+    transport.after_send = die
+    return died
 
 
 def test_switch_killed_mid_call_finishes_on_the_ring_with_the_exact_sum(
@@ -324,17 +345,8 @@ def test_switch_killed_mid_call_finishes_on_the_ring_with_the_exact_sum(
             agents = fallback_workers(fabric, lease, None, ring_job=1, give_up_after=0.5)
             for a in agents:
                 a.on_fallback = events.append
-            half_way = threading.Event()
-            sent = agents[0].inc.transport
-
-            def die_half_way() -> None:
-                # At once, from the sending thread: had the test's thread killed the switch on
-                # waking, the switch could have finished call 1 in the meantime (CI saw it).
-                if sent.sends == LENGTH // INC_K * 3 // 2:
-                    p4sim_server.die()
-                    half_way.set()
-            sent.after_send = die_half_way
-            results = run_through_a_switch_loss(agents, calls, p4sim_server, half_way, pipeline, topo)
+            half_way = die_when_sent(p4sim_server, agents[0].inc.transport, LENGTH // INC_K * 3 // 2)
+            results = run_through_a_switch_loss(agents, calls, half_way, forwarding_only(p4sim_server, pipeline, topo))
     finally:
         pool.close()
     log.info("fallbacks: %s", events)
@@ -344,6 +356,43 @@ def test_switch_killed_mid_call_finishes_on_the_ring_with_the_exact_sum(
     assert len(events) == n and {e.call for e in events} == {1}
     assert all("stopped answering mid-call" in e.reason for e in events)
     assert all(a.on_ring for a in agents)
+
+
+def test_a_restarted_switch_gets_the_pools_jobs_back_from_watch_and_the_call_ends_on_it(
+        controlled: Switch, p4sim_server: InProcessP4sim, pipeline: Pipeline) -> None:
+    """The switch dies half-way through the second of three calls and restarts; `watch`
+    reconciles it and hands it to the pool, which installs its job again: the workers send
+    again what was lost and every call ends in the switch, exact, with no fallback."""
+    n = 4
+    topo = pool_topology(6, p4sim_server.port)
+    pool = JobPool(topo, [controlled], slots=32)
+    rng = np.random.default_rng(14)
+    calls = [[rng.integers(-2**24, 2**24, LENGTH, dtype=np.int32) for _ in range(n)] for _ in range(3)]
+    events: list[FallbackEvent] = []
+    stop = threading.Event()
+    watcher = threading.Thread(target=watch, args=([controlled], topo, pipeline, stop, 0.05),
+                               kwargs={"reconciled": pool.reinstall}, name="watch")
+    try:
+        grant = pool.request([(f"10.0.0.{h}", INC_PORT) for h in range(1, n + 1)], WINDOW)
+        lease = pool_client.Lease(grant.job_id, grant.switch, grant.slot_base, grant.num_slots)
+        with InProcessFabric(p4sim_server, [host(h) for h in range(1, n + 1)]) as fabric:
+            agents = fallback_workers(fabric, lease, None, ring_job=1, give_up_after=60.0)
+            for a in agents:
+                a.on_fallback = events.append
+            half_way = die_when_sent(p4sim_server, agents[0].inc.transport, LENGTH // INC_K * 3 // 2)
+            watcher.start()
+            results = run_through_a_switch_loss(agents, calls, half_way, p4sim_server.restart)
+        assert grant.job_id in job_ids(controlled)
+    finally:
+        stop.set()
+        if watcher.is_alive():
+            watcher.join()
+        pool.close()
+    for ranked in results:
+        for c, call in enumerate(calls):
+            np.testing.assert_array_equal(ranked[c], np.sum(call, axis=0, dtype=np.int32))
+    assert events == [] and not any(a.on_ring for a in agents)
+    assert all(a.inc.last_stats.timeouts == 0 for a in agents)       # the third call: the switch answered at once
 
 
 def crash_on_the_last_ranks_result(controlled: Switch, p4sim_server: InProcessP4sim, pipeline: Pipeline,
@@ -362,7 +411,8 @@ def crash_on_the_last_ranks_result(controlled: Switch, p4sim_server: InProcessP4
             agents = fallback_workers(fabric, lease, None, ring_job=1, give_up_after=0.5)
             for r, a in enumerate(agents):
                 a.on_fallback = lambda e, r=r: events.append((r, e))
-            results = run_through_a_switch_loss(agents, calls, p4sim_server, p4sim_server.crashed, pipeline, topo)
+            results = run_through_a_switch_loss(agents, calls, p4sim_server.crashed,
+                                                forwarding_only(p4sim_server, pipeline, topo))
     finally:
         pool.close()
     log.info("fallbacks: %s", events)
