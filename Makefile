@@ -122,13 +122,16 @@ mutation: $(VENV_STAMP)
 # host ring, each checked against the single-process reference: a table, $(RESULTS)/tp.json and tp.png.
 # TP_IMPL=torch: the PyTorch decoder (workloads/torch_decoder.py) on torch.distributed, p4inc
 # against gloo through the same switch (needs make setup TORCH=1); results in $(RESULTS)/tp-torch.json.
+# TP_REPS generations per backend and N, rotating which goes first: one generation is a second
+# or two of one backend, and this machine's speed drifts on that scale (docs/measurements.md).
 TP_WORKERS ?= 2 4 8
 TP_TOKENS ?= 16
+TP_REPS ?= 3
 TP_IMPL ?= numpy
 .PHONY: demo-tp
 demo-tp: $(VENV_STAMP)
 	$(PY) -m workloads.demo --target $(TARGET) $(WIDTH) --impl $(TP_IMPL) --workers $(TP_WORKERS) --tokens $(TP_TOKENS) \
-		-o $(RESULTS)/$(if $(filter torch,$(TP_IMPL)),tp-torch,tp).json
+		--reps $(TP_REPS) -o $(RESULTS)/$(if $(filter torch,$(TP_IMPL)),tp-torch,tp).json
 
 # DDP step time on a star of DDP_WORKERS hosts: the same training on gloo and on the p4inc
 # torch.distributed backend through one switch, parameters checked (needs make setup TORCH=1):
