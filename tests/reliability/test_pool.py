@@ -22,7 +22,7 @@ from controller.allreduce import INC_JOB, JobTree, candidate_trees
 from controller.install import install_forwarding
 from controller.control import push_pipeline, read_multicast_groups, read_table_entries
 from controller.fabric import watch
-from controller.pool import CANNOT_AGGREGATE, NO_ROOM, JobPool, PoolRefused, PoolServer, SlotPool
+from controller.pool import CANNOT_AGGREGATE, NO_ROOM, Grant, JobPool, PoolRefused, PoolServer, SlotPool
 from controller.switch import Pipeline, Switch
 from hosts import numerics
 from hosts import pool as pool_client
@@ -327,35 +327,55 @@ def die_when_sent(server: InProcessP4sim, transport: HookedTransport, sends: int
     return died
 
 
+@dataclasses.dataclass
+class SwitchLoss:
+    """Four ranks of a pool job that made three calls while their switch died half-way through
+    the second and was brought back."""
+    grant: Grant
+    calls: list[list[np.ndarray]]
+    results: list[list[np.ndarray]]
+    agents: list[FallbackAllReduce]
+    events: list[FallbackEvent]
+
+    def assert_exact(self) -> None:
+        for ranked in self.results:
+            for c, call in enumerate(self.calls):
+                np.testing.assert_array_equal(ranked[c], np.sum(call, axis=0, dtype=np.int32))
+
+
+def lose_the_switch(p4sim_server: InProcessP4sim, pool: JobPool, seed: int, give_up_after: float,
+                    bring_back: Callable[[], None]) -> SwitchLoss:
+    n = 4
+    rng = np.random.default_rng(seed)
+    calls = [[rng.integers(-2**24, 2**24, LENGTH, dtype=np.int32) for _ in range(n)] for _ in range(3)]
+    events: list[FallbackEvent] = []
+    grant = pool.request([(f"10.0.0.{h}", INC_PORT) for h in range(1, n + 1)], WINDOW)
+    lease = pool_client.Lease(grant.job_id, grant.switch, grant.slot_base, grant.num_slots)
+    with InProcessFabric(p4sim_server, [host(h) for h in range(1, n + 1)]) as fabric:
+        agents = fallback_workers(fabric, lease, None, ring_job=1, give_up_after=give_up_after)
+        for a in agents:
+            a.on_fallback = events.append
+        half_way = die_when_sent(p4sim_server, agents[0].inc.transport, LENGTH // INC_K * 3 // 2)
+        results = run_through_a_switch_loss(agents, calls, half_way, bring_back)
+    return SwitchLoss(grant, calls, results, agents, events)
+
+
 def test_switch_killed_mid_call_finishes_on_the_ring_with_the_exact_sum(
         controlled: Switch, p4sim_server: InProcessP4sim, pipeline: Pipeline) -> None:
     """The switch dies half-way through the second of three calls and comes back with
     forwarding only: the call in flight is redone whole on the ring, the third runs on the
     ring, all exact."""
-    n = 4
     topo = pool_topology(6, p4sim_server.port)
     pool = JobPool(topo, [controlled], slots=32)
-    rng = np.random.default_rng(13)
-    calls = [[rng.integers(-2**24, 2**24, LENGTH, dtype=np.int32) for _ in range(n)] for _ in range(3)]
-    events: list[FallbackEvent] = []
     try:
-        grant = pool.request([(f"10.0.0.{h}", INC_PORT) for h in range(1, n + 1)], WINDOW)
-        lease = pool_client.Lease(grant.job_id, grant.switch, grant.slot_base, grant.num_slots)
-        with InProcessFabric(p4sim_server, [host(h) for h in range(1, n + 1)]) as fabric:
-            agents = fallback_workers(fabric, lease, None, ring_job=1, give_up_after=0.5)
-            for a in agents:
-                a.on_fallback = events.append
-            half_way = die_when_sent(p4sim_server, agents[0].inc.transport, LENGTH // INC_K * 3 // 2)
-            results = run_through_a_switch_loss(agents, calls, half_way, forwarding_only(p4sim_server, pipeline, topo))
+        loss = lose_the_switch(p4sim_server, pool, 13, 0.5, forwarding_only(p4sim_server, pipeline, topo))
     finally:
         pool.close()
-    log.info("fallbacks: %s", events)
-    for ranked in results:
-        for c, call in enumerate(calls):
-            np.testing.assert_array_equal(ranked[c], np.sum(call, axis=0, dtype=np.int32))
-    assert len(events) == n and {e.call for e in events} == {1}
-    assert all("stopped answering mid-call" in e.reason for e in events)
-    assert all(a.on_ring for a in agents)
+    log.info("fallbacks: %s", loss.events)
+    loss.assert_exact()
+    assert len(loss.events) == 4 and {e.call for e in loss.events} == {1}
+    assert all("stopped answering mid-call" in e.reason for e in loss.events)
+    assert all(a.on_ring for a in loss.agents)
 
 
 def test_a_restarted_switch_gets_the_pools_jobs_back_from_watch_and_the_call_ends_on_it(
@@ -363,36 +383,22 @@ def test_a_restarted_switch_gets_the_pools_jobs_back_from_watch_and_the_call_end
     """The switch dies half-way through the second of three calls and restarts; `watch`
     reconciles it and hands it to the pool, which installs its job again: the workers send
     again what was lost and every call ends in the switch, exact, with no fallback."""
-    n = 4
     topo = pool_topology(6, p4sim_server.port)
     pool = JobPool(topo, [controlled], slots=32)
-    rng = np.random.default_rng(14)
-    calls = [[rng.integers(-2**24, 2**24, LENGTH, dtype=np.int32) for _ in range(n)] for _ in range(3)]
-    events: list[FallbackEvent] = []
     stop = threading.Event()
     watcher = threading.Thread(target=watch, args=([controlled], topo, pipeline, stop, 0.05),
                                kwargs={"reconciled": pool.reinstall}, name="watch")
+    watcher.start()
     try:
-        grant = pool.request([(f"10.0.0.{h}", INC_PORT) for h in range(1, n + 1)], WINDOW)
-        lease = pool_client.Lease(grant.job_id, grant.switch, grant.slot_base, grant.num_slots)
-        with InProcessFabric(p4sim_server, [host(h) for h in range(1, n + 1)]) as fabric:
-            agents = fallback_workers(fabric, lease, None, ring_job=1, give_up_after=60.0)
-            for a in agents:
-                a.on_fallback = events.append
-            half_way = die_when_sent(p4sim_server, agents[0].inc.transport, LENGTH // INC_K * 3 // 2)
-            watcher.start()
-            results = run_through_a_switch_loss(agents, calls, half_way, p4sim_server.restart)
-        assert grant.job_id in job_ids(controlled)
+        loss = lose_the_switch(p4sim_server, pool, 14, 60.0, p4sim_server.restart)
+        assert loss.grant.job_id in job_ids(controlled)
     finally:
         stop.set()
-        if watcher.is_alive():
-            watcher.join()
+        watcher.join()
         pool.close()
-    for ranked in results:
-        for c, call in enumerate(calls):
-            np.testing.assert_array_equal(ranked[c], np.sum(call, axis=0, dtype=np.int32))
-    assert events == [] and not any(a.on_ring for a in agents)
-    assert all(a.inc.last_stats.timeouts == 0 for a in agents)       # the third call: the switch answered at once
+    loss.assert_exact()
+    assert loss.events == [] and not any(a.on_ring for a in loss.agents)
+    assert all(a.inc.last_stats.timeouts == 0 for a in loss.agents)     # the third call: the switch answered at once
 
 
 def crash_on_the_last_ranks_result(controlled: Switch, p4sim_server: InProcessP4sim, pipeline: Pipeline,
