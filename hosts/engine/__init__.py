@@ -38,7 +38,8 @@ DEFINES = {"INC_VERSION": protocol.INC_VERSION, "INC_HEADER_SIZE": protocol.HEAD
                "FLAG_RETRANSMIT", "FLAG_EAGER", "COLL_BROADCAST", "COLL_BARRIER")},
            **{name: getattr(quantize, name) for name in ("EXPONENT_MIN", "EXPONENT_MAX", "WIRE_BITS", "KEPT_BASES")}}
 
-__all__ = ["BuildError", "DEFAULT_SPIN", "spin_for", "ENGINES", "DTYPES", "DEFINES", "library", "unavailable", "address"]
+__all__ = ["BuildError", "DEFAULT_SPIN", "spin_for", "ENGINES", "DTYPES", "DEFINES", "library", "unavailable",
+           "address"]
 
 
 def spin_for(ranks_here: int) -> float:
