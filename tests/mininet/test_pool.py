@@ -41,6 +41,8 @@ CONTRIBUTIONS = "MyIngress.contributions"
 HANG_GUARD_S = 600.0
 # The same tests on BMv2 where it is installed (skipped with the reason otherwise).
 TARGETS = ["p4sim", pytest.param("bmv2", marks=pytest.mark.bmv2)]
+# A killed switch's jobs give up on INC after this long without a result (--give-up-after).
+GIVE_UP_S = 10.0
 
 
 @dataclass
@@ -97,6 +99,26 @@ class PoolStar:
             reports.append({**json.loads(out.strip().splitlines()[-1]), "stderr": err})
             results.append([np.load(self.work_dir / f"{name}-r{r}-{c}.npy") for c in range(n_calls)])
         return reports, results
+
+    def kill_switch(self, name: str) -> None:
+        """Kill the switch process (every slot, entry and group gone) and start the same command
+        again, with no pipeline until the pool controller's watch pushes it."""
+        switch = self.fabric.host(name)
+        switch.proc.kill()
+        switch.stop(deleteIntfs=False)
+        switch.start([])
+
+    def assert_ended_in_the_switch_or_on_the_ring(self, reports: list[dict], switch: str) -> None:
+        """Every rank the same way: on INC with no fallback, where the pool reinstalled the job on
+        the restarted switch (JobPool.reinstall) before the ranks' time budget ran out and no
+        result was lost; else on the ring after one fallback, saying why (docs/protocol.md)."""
+        ways = {(r["backend"], r["fallbacks"]) for r in reports}
+        assert ways in ({("inc", 0)}, {("ring", 1)}), reports
+        if ways == {("ring", 1)}:
+            assert all("the switch stopped answering mid-call" in r["stderr"] for r in reports)
+        else:
+            self.wait_for_log(f"pool: {switch}: jobs 100 reinstalled")
+        self.wait_for_log(f"{switch}: reconciled (pipeline pushed")
 
     def wait_for_log(self, text: str, count: int = 1, timeout: float = 120.0) -> None:
         deadline = time.monotonic() + timeout
@@ -217,11 +239,12 @@ def test_three_jobs_on_a_pool_for_two_the_third_runs_on_the_ring_and_all_are_exa
 
 
 @pytest.mark.parametrize("pool_star", TARGETS, indirect=True)
-def test_switch_killed_mid_call_the_job_finishes_on_the_ring_with_the_exact_sum(pool_star: PoolStar) -> None:
+def test_switch_killed_mid_call_the_job_ends_exact_in_the_switch_or_on_the_ring(pool_star: PoolStar) -> None:
     length, n_calls, ranks, rounds = 300_000, 2, 4, 5      # rounds: still running when the switch dies
     calls = int_calls(7, ranks, length, n_calls)
     before = pool_star.switch_counter("MyIngress.contributions")
-    procs = pool_star.start_job("k", ["h1", "h2", "h3", "h4"], calls, "--give-up-after", "10", rounds=rounds)
+    procs = pool_star.start_job("k", ["h1", "h2", "h3", "h4"], calls, "--give-up-after", str(GIVE_UP_S),
+                                rounds=rounds)
     try:
         pool_star.wait_for_log("granted slots")
         for _ in range(600):
@@ -229,11 +252,8 @@ def test_switch_killed_mid_call_the_job_finishes_on_the_ring_with_the_exact_sum(
                 break
             assert all(p.poll() is None for p in procs), "the job ended before the switch was killed"
             time.sleep(0.1)
-        s1 = pool_star.fabric.host("s1")
-        s1.proc.kill()                      # the switch and every slot, entry and group are gone
-        s1.stop(deleteIntfs=False)
-        s1.start([])                        # the same command: no pipeline until the controller's watch
         killed = time.monotonic()
+        pool_star.kill_switch("s1")
         reports, results = pool_star.finish_job("k", procs, n_calls * rounds)
         finished = time.monotonic() - killed
     finally:
@@ -242,32 +262,26 @@ def test_switch_killed_mid_call_the_job_finishes_on_the_ring_with_the_exact_sum(
     log.info("killed s1 mid-call; the job finished %.1f s later; reports %s", finished,
              [(r["backend"], r["fallbacks"]) for r in reports])
     assert_exact(results, calls)
-    assert [(r["backend"], r["fallbacks"]) for r in reports] == [("ring", 1)] * ranks
-    assert all("the switch stopped answering mid-call" in r["stderr"] for r in reports)
-    pool_star.wait_for_log("reconciled (pipeline pushed")
+    pool_star.assert_ended_in_the_switch_or_on_the_ring(reports, "s1")
 
 
-def test_a_spine_killed_mid_call_the_tree_finishes_on_the_ring_with_the_exact_sum(tmp_path: Path) -> None:
+def test_a_spine_killed_mid_call_the_tree_ends_exact_in_the_switch_or_on_the_ring(tmp_path: Path) -> None:
     """On test_trees.py's leaf-spine: a tree of four workers over both leaves, summed by s3."""
     with tree_pool(tmp_path) as pool_tree:
         length, n_calls, rounds = 300_000, 2, 5
         calls = int_calls(7, 4, length, n_calls)
         granted = len(grants(pool_tree))
         before = pool_tree.switch_counter(CONTRIBUTIONS, "s3")
-        procs = pool_tree.start_job("k", ["h1", "h2", "h4", "h5"], calls, "--give-up-after", "10", rounds=rounds)
+        procs = pool_tree.start_job("k", ["h1", "h2", "h4", "h5"], calls, "--give-up-after", str(GIVE_UP_S),
+                                    rounds=rounds)
         try:
             pool_tree.wait_for_log("granted slots", count=granted + 1)
             assert "(root s3:" in grants(pool_tree)[-1], "the pool is empty: the tree's root is the first spine"
             wait_until_running(pool_tree, "s3", before, procs)
-            s3 = pool_tree.fabric.host("s3")
-            s3.proc.kill()                      # the spine and its slots, entries and groups are gone
-            s3.stop(deleteIntfs=False)
-            s3.start([])                        # no pipeline until the controller's watch
+            pool_tree.kill_switch("s3")
             reports, results = pool_tree.finish_job("k", procs, n_calls * rounds)
         finally:
             for proc in procs:
                 end_child(proc)
         assert_exact(results, calls)
-        assert [(r["backend"], r["fallbacks"]) for r in reports] == [("ring", 1)] * 4
-        assert all("the switch stopped answering mid-call" in r["stderr"] for r in reports)
-        pool_tree.wait_for_log("s3: reconciled (pipeline pushed")
+        pool_tree.assert_ended_in_the_switch_or_on_the_ring(reports, "s3")
