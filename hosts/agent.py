@@ -827,9 +827,9 @@ class _Float32Call(_Call):
     exponent alike from results all of them have, so no exponent round trip precedes the
     data. The guess for a chunk is the exponent agreed for it in the last call of the same
     length (of the KEPT_BASES kept), else (first window) the last call's largest or 0, else
-    the exponent agreed for the chunk its slot carried last; plus exponent_margin. A chunk whose guess was wrong
-    (OVERFLOW, or more than exponent_slack too coarse) goes again at the exponent its result
-    agreed (`need`), as item j + window, or at the end of the call."""
+    the exponent agreed for the chunk its slot carried last; plus exponent_margin. A chunk
+    whose guess was wrong (OVERFLOW, or more than exponent_slack too coarse) goes again at the
+    exponent its result agreed (`need`), as item j + window, or at the end of the call."""
 
     def __init__(self, worker: Worker, array: np.ndarray) -> None:
         super().__init__(worker, array)

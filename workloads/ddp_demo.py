@@ -22,7 +22,7 @@ from topologies.pieces import DEFAULT_PROGRAM, PieceError, clear_job_slots, comp
 from topologies.procs import end_child
 from topologies.spec import DEFAULT_MTU, TopologyError, star
 from topologies.switches import REPO_ROOT
-from workloads.demo import DemoError, rank_env
+from workloads.demo import DemoError, rank_envs
 from workloads.ddp import DDP_RTOL
 
 BACKENDS = ("gloo", "p4inc")
@@ -37,8 +37,8 @@ def run_ranks(fabric: Fabric, backend: str, worker_args: list[str], out_dir: Pat
     clear_job_slots(fabric.options.topology_path, job.job_id, fabric.options.target)
     procs = []
     try:
-        for rank, host in enumerate(hosts):
-            env = {**os.environ, **rank_env(fabric, rank), "P4INC_BACKEND": "inc"}
+        for rank, (host, launch) in enumerate(zip(hosts, rank_envs(fabric))):
+            env = {**os.environ, **launch, "P4INC_BACKEND": "inc"}
             with open(out_dir / f"rank{rank}.err", "w") as stderr:
                 procs.append(fabric.popen(host.name, [sys.executable, "-m", "workloads.ddp", "--backend", backend,
                                                       "-o", str(out_dir), *worker_args],

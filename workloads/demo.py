@@ -89,17 +89,17 @@ class Summary:
                    max(r.comparison.max_error for r in runs), runs[0].comparison.tolerance)
 
 
-def rank_env(fabric: Fabric, rank: int) -> dict[str, str]:
-    """The launcher's variables (torchrun's, and hosts.dist's P4INC_*) of the job's rank `rank`,
+def rank_envs(fabric: Fabric) -> list[dict[str, str]]:
+    """The launcher's variables (torchrun's, and hosts.dist's P4INC_*) of each rank of the job,
     one rank per Mininet host; every host shares this machine's cores, which sets the spin."""
     job = fabric.topo.jobs[0]
     hosts = [fabric.topo.hosts[h] for h in job.workers]
-    host = hosts[rank]
-    return {**ONE_THREAD, "RANK": str(rank), "WORLD_SIZE": str(len(hosts)), "LOCAL_RANK": "0",
-            "MASTER_ADDR": hosts[0].address, "MASTER_PORT": str(MASTER_PORT), "GLOO_SOCKET_IFNAME": host.intf,
-            "P4INC_INTERFACE": host.intf, "P4INC_JOB_ID": str(job.job_id),
-            "P4INC_ELEMENTS_PER_PACKET": str(job_elements_per_packet(fabric.options.topology_path, job.job_id)),
-            "P4INC_WINDOW": str(STAR_WINDOW), "P4INC_SPIN_US": f"{1e6 * spin_for(len(hosts)):g}"}
+    k = job_elements_per_packet(fabric.options.topology_path, job.job_id)
+    return [{**ONE_THREAD, "RANK": str(rank), "WORLD_SIZE": str(len(hosts)), "LOCAL_RANK": "0",
+             "MASTER_ADDR": hosts[0].address, "MASTER_PORT": str(MASTER_PORT), "GLOO_SOCKET_IFNAME": host.intf,
+             "P4INC_INTERFACE": host.intf, "P4INC_JOB_ID": str(job.job_id), "P4INC_ELEMENTS_PER_PACKET": str(k),
+             "P4INC_WINDOW": str(STAR_WINDOW), "P4INC_SPIN_US": f"{1e6 * spin_for(len(hosts)):g}"}
+            for rank, host in enumerate(hosts)]
 
 
 def run_decoder(fabric: Fabric, backend: str, worker_args: list[str], work_dir: Path,
@@ -128,9 +128,9 @@ def run_decoder(fabric: Fabric, backend: str, worker_args: list[str], work_dir: 
             start("mpirun", hosts[0].name, mpirun_command(fabric, list(job.workers), launcher, REPO_ROOT,
                                                           tuple(worker), ONE_THREAD), ROOT_ENV, True)
         else:
-            for rank, host in enumerate(hosts):
+            for rank, (host, env) in enumerate(zip(hosts, rank_envs(fabric))):
                 start(f"rank {rank}", host.name, [sys.executable, *worker],
-                      {**rank_env(fabric, rank), "P4INC_TIMEOUT_MS": str(retransmit_ms)}, rank == 0)
+                      {**env, "P4INC_TIMEOUT_MS": str(retransmit_ms)}, rank == 0)
         _follow(started[0][1], progress, f"N={len(hosts)} {backend}", timeout_s)
         deadline = time.monotonic() + 30
         for _, proc, _ in started:
