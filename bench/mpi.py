@@ -57,6 +57,11 @@ def mpirun_command(fabric: Fabric, hosts: list[str], launcher: Path, cwd: Path,
             "--mca", "plm_rsh_agent", str(launcher),
             # The ranks share the machine's cores with each other and the switch: spin politely.
             "--mca", "mpi_yield_when_idle", "1",
+            # Open MPI's TCP progress runs in its event loop, which it ticks every 10 ms unless some
+            # component counts itself a user of it; a rank left uncounted (2 of 10 N=2 runs here,
+            # from MPI_Init on) waits up to 10 ms for every message, every call ~9.7 ms at every
+            # size. A 1 us tick costs nothing otherwise: a counted rank ticks on every poll anyway.
+            "--mca", "mpi_event_tick_rate", "1",
             # orted maps the hwloc topology into shared memory at the "biggest" hole of its address
             # space; on some machines that write segfaults (Open MPI 4.1.4, hwloc_shmem_topology_write).
             "--mca", "rtc_hwloc_vmhole", "none",
