@@ -10,6 +10,7 @@ from pathlib import Path
 
 from p4sim.backends import default_backend
 
+RESULTS_DIR = "docs/results"
 PACKAGES = ("scapy", "numpy", "grpcio", "protobuf", "p4runtime", "p4runtime-shell", "lark", "mininet",
             "mpi4py")
 
@@ -25,8 +26,10 @@ def describe_environment(target: str) -> dict:
         "machine": {"cpu": _cpu_model(), "cores": os.cpu_count(), "kernel": platform.release(),
                     "python": platform.python_version()},
         "versions": {"p4inc": _git(["rev-parse", "--short", "HEAD"]), **{p: _version(p) for p in PACKAGES}},
-        # Tracked files changed since that commit: the numbers are not that commit's.
-        "dirty": _git(["status", "--porcelain", "--untracked-files=no"]) not in (None, ""),
+        # Tracked files changed since that commit: the numbers are not that commit's. Results are
+        # not code: `make bench RESULTS=docs/results` rewrites them as its steps finish.
+        "dirty": _git(["status", "--porcelain", "--untracked-files=no", "--", ".",
+                       f":(exclude){RESULTS_DIR}"]) not in (None, ""),
     }
 
 
