@@ -26,11 +26,16 @@ def describe_environment(target: str) -> dict:
         "machine": {"cpu": _cpu_model(), "cores": os.cpu_count(), "kernel": platform.release(),
                     "python": platform.python_version()},
         "versions": {"p4inc": _git(["rev-parse", "--short", "HEAD"]), **{p: _version(p) for p in PACKAGES}},
-        # Tracked files changed since that commit: the numbers are not that commit's. Results are
-        # not code: `make bench RESULTS=docs/results` rewrites them as its steps finish.
-        "dirty": _git(["status", "--porcelain", "--untracked-files=no", "--", ".",
-                       f":(exclude){RESULTS_DIR}"]) not in (None, ""),
+        "dirty": is_dirty(),
     }
+
+
+def is_dirty(checkout: Path = Path(__file__).parent) -> bool:
+    """Whether tracked files changed since the checkout's commit, so that numbers measured now
+    are not that commit's. Results are not code: `make bench RESULTS=docs/results` rewrites
+    them as its steps finish, and they do not count."""
+    return _git(["status", "--porcelain", "--untracked-files=no", "--", ":(top)", f":(top,exclude){RESULTS_DIR}"],
+                checkout) not in (None, "")
 
 
 def _version(package: str) -> str | None:
@@ -50,11 +55,11 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def _git(args: list[str]) -> str | None:
-    """git's output in this checkout, stripped; None where git or the checkout is missing."""
+def _git(args: list[str], checkout: Path = Path(__file__).parent) -> str | None:
+    """git's output in the checkout (this one by default), stripped; None where git or the
+    checkout is missing."""
     try:
-        out = subprocess.run(["git", *args], capture_output=True, text=True, cwd=Path(__file__).parent,
-                             timeout=5)
+        out = subprocess.run(["git", *args], capture_output=True, text=True, cwd=checkout, timeout=5)
     except (OSError, subprocess.TimeoutExpired):
         return None
     return out.stdout.strip() if out.returncode == 0 else None
