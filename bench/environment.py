@@ -10,6 +10,7 @@ from pathlib import Path
 
 from p4sim.backends import default_backend
 
+CHECKOUT = Path(__file__).parent      # any folder of this checkout: git finds its top
 RESULTS_DIR = "docs/results"
 PACKAGES = ("scapy", "numpy", "grpcio", "protobuf", "p4runtime", "p4runtime-shell", "lark", "mininet",
             "mpi4py")
@@ -30,7 +31,7 @@ def describe_environment(target: str) -> dict:
     }
 
 
-def is_dirty(checkout: Path = Path(__file__).parent) -> bool:
+def is_dirty(checkout: Path = CHECKOUT) -> bool:
     """Whether tracked files changed since the checkout's commit, so that numbers measured now
     are not that commit's. Results are not code: `make bench RESULTS=docs/results` rewrites
     them as its steps finish, and they do not count."""
@@ -55,7 +56,7 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def _git(args: list[str], checkout: Path = Path(__file__).parent) -> str | None:
+def _git(args: list[str], checkout: Path = CHECKOUT) -> str | None:
     """git's output in the checkout (this one by default), stripped; None where git or the
     checkout is missing."""
     try:
