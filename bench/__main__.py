@@ -28,6 +28,7 @@ from hosts.agent import JobConfig
 from hosts.args import settle_elements_per_packet, unwritable
 from hosts.engine import DEFAULT_SPIN, ENGINES, spin_for
 from hosts.inc import MAX_WINDOW, STAR_WINDOW
+from protocol import RECOMMENDED_ELEMENTS_PER_PACKET, recommended_elements_per_packet
 from topologies.fabric import Fabric, FabricError, FabricOptions
 from topologies.pieces import (DEFAULT_PROGRAM, PieceError, compile_program, job_elements_per_packet,
                                setup_controller)
@@ -37,6 +38,7 @@ from .budget import budget_table, call_budget, call_cpu, call_time, numeric_stat
 from .environment import describe_environment
 from .mpi import ROOT_ENV, mpi_missing, mpirun_command, write_launcher
 
+P4SIM_K = RECOMMENDED_ELEMENTS_PER_PACKET["p4sim"]
 log = logging.getLogger("bench")
 ROOT = Path(__file__).resolve().parent.parent
 ALGORITHMS = ("inc", "ring", "mpi")
@@ -269,8 +271,8 @@ def add_trial_options(ap: argparse.ArgumentParser) -> None:
     """The options of how a trial runs, shared with bench.collectives."""
     ap.add_argument("--dtype", choices=("float32", "int32"), default="float32")
     ap.add_argument("--window", type=int, default=STAR_WINDOW,
-                    help=f"slots (INC) / unacked chunks (ring) in flight (default {STAR_WINDOW}: at K = 256, "
-                         f"{STAR_WINDOW} KiB)")
+                    help=f"slots (INC) / unacked chunks (ring) in flight (default {STAR_WINDOW}: at p4sim's "
+                         f"K = {P4SIM_K}, {STAR_WINDOW * P4SIM_K * 4 >> 10} KiB)")
     ap.add_argument("--timeout", type=float, default=0.05, help="retransmission timeout, seconds")
     ap.add_argument("--trial-timeout", type=float, default=600.0,
                     help="give up on a trial after this many seconds")
@@ -288,7 +290,7 @@ def add_trial_options(ap: argparse.ArgumentParser) -> None:
                     help=f"MTU of every link, for INC, the ring and MPI alike (default {DEFAULT_MTU}; 9000: jumbo)")
     ap.add_argument("--elements-per-packet", type=int, metavar="K",
                     help="build the switch program with K elements per packet (INC_K; default: the target's "
-                         "recommended K, 256 on p4sim and 64 on BMv2); INC packets and ring chunks carry K")
+                         f"recommended K, {recommended_elements_per_packet()}); INC packets and ring chunks carry K")
 
 
 def check_trial_options(ap: argparse.ArgumentParser, args: argparse.Namespace, workers: list[int]) -> None:

@@ -34,7 +34,7 @@ PAYLOAD_SIZE = HEADER_SIZE + ELEMENT_BYTES    # the UDP payload of every INC pac
 MAX_ELEMENTS = MAX_ELEMENTS_PER_PACKET   # the header's count has 12 bits: K per job is 1..4064
 MAX_WINDOW = (1 << 11) - 1               # the header's slot has 11 bits: a job's slots (its window) are 1..2047
 # Chunks in flight for a job that has a star's switch to itself (`make bench`, the demos): at
-# K = 256, 128 KiB in flight, a quarter of the program's 512 slots. Jobs sharing a pool use less.
+# K = 352, 176 KiB in flight, a quarter of the program's 512 slots. Jobs sharing a pool use less.
 STAR_WINDOW = 128
 
 

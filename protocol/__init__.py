@@ -60,10 +60,10 @@ IPV4_UDP_SIZE = 20 + 8           # the part of a packet before the INC header th
 ELEMENTS_PER_BLOCK = 32          # K is a multiple of it: the program carries elements in blocks
 DEFAULT_ELEMENTS_PER_PACKET = 32  # allreduce.p4's INC_K when built without one (tests check)
 # The K that `make run/demo/bench/demo-tp` and their CLIs build with when given none, per target:
-# p4sim's C backend pays little per element next to its per-packet work, and `make bench` there is
-# fastest at K = 256 (the largest multiple of 64 a 1500-byte frame holds); BMv2 interprets every
-# element's actions one by one, so past 64 a doubling buys little (README, "Elements per packet").
-RECOMMENDED_ELEMENTS_PER_PACKET = {"p4sim": 256, "bmv2": 64}
+# p4sim's C backend pays little per element next to its per-packet work, so the most a 1500-byte
+# frame holds, 352, moves a large tensor in the fewest packets (docs/elements_per_packet.md);
+# BMv2 interprets every element's actions one by one, so past 64 a doubling buys little.
+RECOMMENDED_ELEMENTS_PER_PACKET = {"p4sim": 352, "bmv2": 64}
 MAX_ELEMENTS_PER_PACKET = 4064   # the header's count has 12 bits
 
 
@@ -76,6 +76,12 @@ def max_elements_per_packet(mtu: int) -> int:
     """The largest K whose packets fit a link of this MTU (352 at 1500 bytes, 2208 at 9000)."""
     fits = (mtu - IPV4_UDP_SIZE - HEADER_SIZE) // ELEMENT_SIZE
     return min(MAX_ELEMENTS_PER_PACKET, fits // ELEMENTS_PER_BLOCK * ELEMENTS_PER_BLOCK)
+
+
+def recommended_elements_per_packet() -> str:
+    """The recommended K of each target, as a --help text says it."""
+    return " and ".join(f"{k} on {'BMv2' if target == 'bmv2' else target}"
+                        for target, k in RECOMMENDED_ELEMENTS_PER_PACKET.items())
 
 
 def elements_per_packet_for(target: str, mtu: int, asked: int | None = None) -> int:

@@ -19,6 +19,7 @@ from mininet.log import setLogLevel
 from hosts.args import at_least, output_dir, settle_elements_per_packet
 from hosts.numerics import check_sum
 from p4sim.dataplane import SLOW_PRESETS
+from protocol import recommended_elements_per_packet
 from topologies.fabric import Fabric, FabricError, FabricOptions, Impairment
 from topologies.pieces import (DEFAULT_PROGRAM, PieceError, clear_job_slots, compile_program,
                                job_elements_per_packet, read_counters, run_allreduce, setup_controller)
@@ -62,7 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--elements-per-packet", "--inc-k", type=int, metavar="K",
                    help="build the program with K elements per packet (INC_K, a multiple of 32 up to what one "
                         "frame of --mtu holds: 352 at 1500, 2208 at 9000; default: the target's recommended K, "
-                        "256 on p4sim and 64 on BMv2); the controller records it in the job and the workers take it from there")
+                        f"{recommended_elements_per_packet()}); the controller records it in the job and the workers "
+                        "take it from there")
     p.add_argument("--mtu", type=int, default=DEFAULT_MTU,
                    help=f"MTU of every link, host and switch ends (default {DEFAULT_MTU}; 9000: jumbo frames)")
     p.add_argument("--build-dir", type=output_dir, default=Path("build"),

@@ -17,6 +17,7 @@ from pathlib import Path
 from hosts.args import settle_elements_per_packet
 from hosts.engine import spin_for
 from hosts.inc import STAR_WINDOW
+from protocol import recommended_elements_per_packet
 from topologies.fabric import Fabric, FabricError, FabricOptions
 from topologies.pieces import DEFAULT_PROGRAM, PieceError, clear_job_slots, compile_program, setup_controller
 from topologies.procs import end_child
@@ -70,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
                    help=f"MTU of every link, for both backends (default {DEFAULT_MTU}; 9000: jumbo frames)")
     p.add_argument("--elements-per-packet", type=int, metavar="K",
                    help="build the switch program with K elements per packet (default: the target's recommended "
-                        "K, 256 on p4sim and 64 on BMv2)")
+                        f"K, {recommended_elements_per_packet()})")
     p.add_argument("--run-timeout", type=float, default=900.0, help="seconds a run may take (default 900)")
     p.add_argument("-o", "--out", type=Path, default=REPO_ROOT / "results" / "ddp.json", help="JSON results")
     args = p.parse_args(argv)

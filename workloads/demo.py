@@ -30,6 +30,7 @@ from bench.mpi import ROOT_ENV, mpi_missing, mpirun_command, write_launcher
 from hosts.args import settle_elements_per_packet, unwritable
 from hosts.engine import spin_for
 from hosts.inc import STAR_WINDOW
+from protocol import recommended_elements_per_packet
 from topologies.fabric import Fabric, FabricError, FabricOptions
 from topologies.pieces import (DEFAULT_PROGRAM, PieceError, clear_job_slots, compile_program, job_elements_per_packet,
                                setup_controller)
@@ -248,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
                    help=f"MTU of every link, for all backends (default {DEFAULT_MTU}; 9000: jumbo frames)")
     p.add_argument("--elements-per-packet", type=int, metavar="K",
                    help="build the switch program with K elements per packet (default: the target's recommended "
-                        "K, 256 on p4sim and 64 on BMv2)")
+                        f"K, {recommended_elements_per_packet()})")
     p.add_argument("--retransmit-ms", type=float, default=50.0,
                    help="the ring: milliseconds before a packet is sent again (default 50, as make bench; INC adapts its own)")
     p.add_argument("--run-timeout", type=float, default=300.0, help="give up on a run that reports no token "
