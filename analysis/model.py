@@ -57,8 +57,9 @@ class Term:
 
 CALL = Term("call", "per call: entering the API, the engine's setup, handing back the result",
             lambda n, s, setup: 1.0)
-WAKEUPS = Term("wakeups", "per worker woken once per call, waiting behind the others for one of the C cores: "
-                          "N x N/C", lambda n, s, setup: n * n / setup.cores)
+WAKEUPS = Term("wakeups", "per process beyond the cores: the N workers and the switch each wake once per call, "
+                          "and all but C of them wait for a core to do so: N + 1 - C",
+               lambda n, s, setup: max(0, n + 1 - setup.cores))
 
 TERMS: dict[str, tuple[Term, ...]] = {
     "inc": (
