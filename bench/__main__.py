@@ -68,6 +68,7 @@ class Plan:
     eager_rounds: bool = JobConfig.eager_rounds   # INC workers' eager Broadcast/AllGather rounds
     leaves: int = 0                          # > 0: a leaf-spine of this many leaves under one spine, not a star
     spin: float | None = None                # engines' read-before-sleep seconds (None: hosts.engine.spin_for)
+    window_acks: bool = JobConfig.window_acks     # INC workers' window ACKs in Reduce/ReduceScatter
 
     def topology(self, n: int) -> Topology:
         """The fabric of n workers: a star, or n / leaves hosts on each leaf of a leaf-spine
@@ -100,7 +101,8 @@ class Trials:
                 "--peers", peers, "--window", str(plan.window), "--timeout", str(plan.timeout),
                 "--elements-per-packet", str(self.k), "--engine", plan.engine,
                 "--spin", str(plan.spin_for(len(job.workers))),
-                "--eager-rounds" if plan.eager_rounds else "--no-eager-rounds"])
+                "--eager-rounds" if plan.eager_rounds else "--no-eager-rounds",
+                "--window-acks" if plan.window_acks else "--no-window-acks"])
             for rank, host in enumerate(job.workers)]
         self.mpi: list[subprocess.Popen] = []
         if "mpi" in plan.algorithms:

@@ -18,6 +18,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from analysis.plots import collective_times
+from hosts.agent import JobConfig
 from hosts.args import unwritable
 from topologies.fabric import Fabric, FabricError, FabricOptions
 from topologies.pieces import PieceError
@@ -114,6 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--reps", type=int, default=5, help="repetitions per point up to 64 KiB (default 5)")
     ap.add_argument("--reps-large", type=int, default=3, help="repetitions per point above 64 KiB (default 3)")
     add_trial_options(ap)
+    ap.add_argument("--window-acks", action=argparse.BooleanOptionalAction, default=JobConfig.window_acks,
+                    help="INC workers' Reduce and ReduceScatter acknowledged by their roots (docs/protocol.md, "
+                         f"\"Window ACKs\"; default {'on' if JobConfig.window_acks else 'off'})")
     ap.add_argument("-o", "--out", type=Path, default=ROOT / "results" / "collectives.json",
                     help="JSON output (default results/collectives.json)")
     ap.add_argument("--plot", type=Path, default=None,
@@ -136,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     sizes = args.sizes or DEFAULT_SIZES
     plan = Plan([args.workers], sizes, args.reps, args.reps_large, ("inc", "ring"), args.dtype,
                 args.window, args.timeout, args.trial_timeout, args.target, args.engine, args.mtu,
-                args.elements_per_packet, args.eager_rounds, spin=args.spin)
+                args.elements_per_packet, args.eager_rounds, spin=args.spin, window_acks=args.window_acks)
     options = FabricOptions(target=args.target, build_dir=ROOT / "build" / "bench")
     started, load_before = time.monotonic(), os.getloadavg()
     total = 2 * sum(plan.reps_for(s) for c in args.collectives for s in ([0] if c == "barrier" else sizes))
@@ -149,7 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     k = program_elements_per_packet(runs)
     config = {"payload_bytes": 4 * k, "elements_per_packet": k, "mtu": plan.mtu, "dtype": plan.dtype,
               "window": plan.window, "timeout_s": plan.timeout, "reps": plan.reps, "reps_large": plan.reps_large,
-              "engine": plan.engine, "eager_rounds": plan.eager_rounds, "spin_s": plan.spin_for(args.workers),
+              "engine": plan.engine, "eager_rounds": plan.eager_rounds, "window_acks": plan.window_acks,
+              "spin_s": plan.spin_for(args.workers),
               "workers": args.workers, "sizes": sizes, "collectives": args.collectives, "root": COLLECTIVE_ROOT,
               "baselines": {c: BASELINES[c] for c in args.collectives},
               # The machine's 1, 5 and 15 minute load averages: other work on it slows both sides.

@@ -121,6 +121,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--eager-rounds", action=argparse.BooleanOptionalAction, default=JobConfig.eager_rounds,
                     help="INC: eager Broadcast and AllGather rounds once the switch says it runs them "
                          f"(default {'on' if JobConfig.eager_rounds else 'off'})")
+    ap.add_argument("--window-acks", action=argparse.BooleanOptionalAction, default=JobConfig.window_acks,
+                    help="INC: Reduce and ReduceScatter acknowledged by their roots once the switch says it takes "
+                         f"window ACKs (default {'on' if JobConfig.window_acks else 'off'})")
     ap.add_argument("--spin", type=float, default=DEFAULT_SPIN, metavar="SECONDS",
                     help=f"seconds the compiled engine (INC's and the ring's) reads before it sleeps (default {DEFAULT_SPIN})")
     args = ap.parse_args(argv)
@@ -130,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         inc = Worker(JobConfig(args.job_id, args.rank, n, window=args.window, timeout=args.timeout,
                                elements_per_packet=args.elements_per_packet, engine=args.engine, spin=args.spin,
-                               eager_rounds=args.eager_rounds), UdpTransport())
+                               eager_rounds=args.eager_rounds, window_acks=args.window_acks), UdpTransport())
         ring = RingWorker(RingConfig(args.job_id, args.rank, n, window=args.window, timeout=args.timeout,
                                      elements_per_packet=args.elements_per_packet, engine=args.engine,
                                      spin=args.spin),

@@ -10,6 +10,7 @@ This module is the reference; on a kernel UDP socket the calls run in the compil
 """
 from __future__ import annotations
 
+import bisect
 import functools
 import logging
 import math
@@ -23,10 +24,9 @@ import numpy as np
 
 from hosts import engine, numerics, quantize
 from hosts.inc import (COLL_ALLREDUCE, COLL_BARRIER, COLL_BROADCAST, COLL_REDUCE, FLAG_EAGER, FLAG_OVERFLOW,
-                       FLAG_RETRANSMIT,
-                       INC_K, MAX_WINDOW, MAX_WORKERS, OP_ACK, OP_CONTRIB, OP_JOIN, OP_RESULT, REDUCE_SUM,
-                       IncFormatError, IncHeader, check_elements_per_packet, elements_view, pack_header, unpack_header,
-                       with_flags)
+                       FLAG_RETRANSMIT, FLAG_WINDOW_ACKS, INC_K, MAX_WINDOW, MAX_WORKERS, OP_ACK, OP_CONTRIB,
+                       OP_JOIN, OP_RESULT, OP_WINDOW_ACK, REDUCE_SUM, WINDOW_ACK_ANSWERED, IncFormatError, IncHeader,
+                       check_elements_per_packet, elements_view, pack_header, unpack_header, with_flags)
 from hosts.engine import DEFAULT_SPIN
 from hosts.pacing import CongestionWindow, RtoEstimator
 from hosts.transport import Transport, UdpTransport
@@ -80,6 +80,10 @@ class JobConfig:
     # Eager Broadcast/AllGather rounds (docs/protocol.md) once the switch says it runs them (the
     # switch's passes per chunk fall from N to about 1). Every worker of a job must set the same.
     eager_rounds: bool = True
+    # Reduce and ReduceScatter of at least WINDOW_ACK_MIN_CHUNKS chunks per root acknowledged by
+    # their roots, an OP_WINDOW_ACK for many chunks, once the switch says it takes them
+    # (docs/protocol.md, "Window ACKs"). Every worker of a job must set the same.
+    window_acks: bool = True
 
     def __post_init__(self) -> None:
         if not 1 <= self.num_workers <= MAX_WORKERS:
@@ -141,6 +145,7 @@ class CallStats:
     retransmit_s: float = 0.0
     finish_s: float = 0.0
     total_s: float = 0.0
+    window_acks: int = 0          # OP_WINDOW_ACKs sent (a Reduce's root) or taken (the others)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -182,6 +187,9 @@ class Worker:
     # that saw it use them. Every worker got that call's results before its next call, so all agree.
     _eager: bool = field(default=False, repr=False)
     _after_eager: bool = field(default=False, repr=False)   # the last call was eager: it ended on a gate
+    # A Reduce result said that the switch takes window ACKs (FLAG_WINDOW_ACKS): Reduce calls after
+    # the one that saw it use them, every worker alike (each got that call's answers).
+    _window_acks: bool = field(default=False, repr=False)
     # Results that came before this worker made their item (an eager round's root is ahead of it,
     # maybe still in the call before), by unwrapped seq: at most a window of them (_keep_early).
     _early: dict[int, bytes] = field(default_factory=dict, repr=False)
@@ -281,6 +289,7 @@ class Worker:
         else:
             call = (_Int32Call if array.dtype == np.int32 else _Float32Call)(self, array)
         call.collective, call.roots = collective, roots
+        call.window_acks = collective == COLL_REDUCE and self._window_acks and _window_acks_pay(call.m, roots)
         return self._run(call)
 
     def _gather(self, words: np.ndarray, roots: np.ndarray, collective: int) -> np.ndarray:
@@ -349,19 +358,23 @@ class Worker:
                     next_item += 1
                     stats.send_s += t1 - t0
                 if call.done:
+                    if call.window_acks:
+                        self._send_window_acks(call, first_seq, idle=True)
                     return
                 if call.eager:
                     wake = min(wake, self._arm_silent(in_flight, call, None))
                 # Results already here come first: a worker that was not scheduled for a while
                 # must not take its own lateness for the switch's.
                 t0 = time.monotonic()
-                data = taken.popleft() if taken else transport.recv(max(0.0, wake - t0))
+                data = taken.popleft() if taken else self._next_datagram(call, first_seq, max(0.0, wake - t0))
                 item = None if data is None else self._accept(data, in_flight, call, first_seq + next_item)
                 if item is not None:
                     last_progress = time.monotonic()
                     if call.eager:
                         wake = min(wake, self._arm_silent(in_flight, call, item))
                     self._resend_overtaken(item, in_flight, first_seq + next_item - 1, call)
+                    if call.window_acks:
+                        self._send_window_acks(call, first_seq)
                 t1 = time.monotonic()
                 stats.wait_s += t1 - t0
                 t0 = t1
@@ -371,6 +384,16 @@ class Worker:
         finally:
             self.next_seq = first_seq + next_item
 
+    def _next_datagram(self, call: "_Call", first_seq: int, timeout: float) -> bytes | None:
+        """The next datagram, or None after `timeout`. A root about to wait first sends the window
+        ACKs it holds: the others may be waiting for them."""
+        if call.window_acks and call.owned_results:
+            data = self.transport.recv(0)
+            if data is not None:
+                return data
+            self._send_window_acks(call, first_seq, idle=True)
+        return self.transport.recv(timeout)
+
     def _accept(self, data: bytes, in_flight: dict[int, _Item], call: "_Call", unmade: int) -> _Item | None:
         """The item a result answers (recorded in `call`), or None for anything else (a result
         for seq `unmade` or later, not made yet, is kept: _keep_early)."""
@@ -379,6 +402,8 @@ class Worker:
         except IncFormatError as e:
             log.debug("ignoring a packet: %s", e)
             return None
+        if header.opcode == OP_WINDOW_ACK and call.window_acks and header.job_id == self.config.job_id:
+            return self._accept_window_ack(header, data, in_flight, call)
         if header.opcode not in (OP_RESULT, OP_ACK) or header.job_id != self.config.job_id:
             log.debug("ignoring %s", header)
             return None
@@ -389,6 +414,8 @@ class Worker:
         del in_flight[header.seq]
         now = time.monotonic()
         self._eager = self._eager or (self.config.eager_rounds and bool(header.flags & FLAG_EAGER))
+        self._window_acks = self._window_acks or (self.config.window_acks and header.collective == COLL_REDUCE
+                                                  and bool(header.flags & FLAG_WINDOW_ACKS))
         self._live_since = min(self._live_since, now)
         # Karn: a retransmitted chunk's answer may be to either copy; a round that waited for
         # some worker's retransmission timed that worker's timer, not the path; and a chunk sent
@@ -404,7 +431,64 @@ class Worker:
             call.stats.first_result_s = now - call.first_sent
         call.stats.results += 1
         call.record(item, header.flags, header.need, data if header.opcode == OP_RESULT else None)
+        if call.window_acks and call.root_of(item.chunk) == self.config.worker_id:
+            call.owned_results[item.index] = WINDOW_ACK_ANSWERED | header.flags << 8 | header.need & 0xFF
         return item
+
+    def _accept_window_ack(self, header: IncHeader, data: bytes, in_flight: dict[int, _Item],
+                           call: "_Call") -> _Item | None:
+        """A root's window ACK: those of its items among the `count` up to seq that it says have
+        their results are answered, each as an ACK with that result's flags and need would answer
+        it. Returns the last it answered."""
+        last = None
+        now = time.monotonic()
+        self._live_since = min(self._live_since, now)
+        codes = elements_view(data, self.config.elements_per_packet)
+        for i in range(min(header.count, self.config.elements_per_packet)):
+            code = int(codes[i])
+            item = in_flight.get((header.seq - header.count + i) & 0xFFFFFFFF)
+            if item is None or not code & WINDOW_ACK_ANSWERED or call.root_of(item.chunk) != header.root:
+                continue
+            del in_flight[item.seq & 0xFFFFFFFF]
+            flags, need = code >> 8 & 0xFF, (code & 0xFF) - ((code & 0x80) << 1)
+            # The round trip now ends at the root's window ACK, and the RTO must cover it (as
+            # TCP's covers a delayed ack); Karn and the rest as in _accept.
+            if item.sends == 1 and not flags & FLAG_RETRANSMIT and item.first_sent >= self._live_since:
+                self.rto.sample(now - item.first_sent)
+            self.cwnd.on_ack(item.seq)
+            if not call.stats.results:
+                call.stats.first_result_s = now - call.first_sent
+            call.stats.results += 1
+            call.record(item, flags, need, None)
+            last = item
+        call.stats.window_acks += 1
+        return last
+
+    def _send_window_acks(self, call: "_Call", first_seq: int, idle: bool = False) -> None:
+        """As a root: tell the others which of its items have their results since its last window
+        ACK, with each one's flags and need (they decide what the others do next as they decide
+        it here), once a quarter window of them waits, or this worker is `idle` (about to wait:
+        the others may be waiting for them), as at the call's end. One window ACK lists up to K
+        items from the first of them on; an item without its result yet is left out, not held."""
+        waiting = call.owned_results
+        if not waiting or (not idle and len(waiting) < max(1, self.config.window // 4)):
+            return
+        me, k = self.config.worker_id, self.config.elements_per_packet
+        ready = sorted(waiting)
+        while ready:
+            start = ready[0]
+            cut = bisect.bisect_left(ready, start + k)
+            group, ready = ready[:cut], ready[cut:]
+            codes = np.zeros(k, ">i4")
+            for i in group:
+                codes[i - start] = waiting.pop(i)
+            count = group[-1] - start + 1
+            end = (first_seq + start + count) & 0xFFFFFFFF
+            header = IncHeader(OP_WINDOW_ACK, self.config.job_id, me, count, 0, 0, end, flags=FLAG_WINDOW_ACKS,
+                               reduce_op=call.reduce_op, collective=COLL_REDUCE, root=me)
+            self.transport.send(pack_header(header) + codes.tobytes())
+            call.stats.packets_sent += 1
+            call.stats.window_acks += 1
 
     def _keep_early(self, header: IncHeader, data: bytes, call: "_Call", unmade: int) -> None:
         """A result for an item this worker has not made yet: an eager round's root may be ahead of
@@ -431,6 +515,8 @@ class Worker:
                 break
             if it.fast or it.last_sent >= answered.first_sent or not call.in_order(it.index, answered.index):
                 continue
+            if call.window_acks and call.root_of(it.chunk) != call.root_of(answered.chunk):
+                continue        # another root acknowledges it, at its own pace
             it.fast = True
             call.stats.fast_retransmits += 1
             self.cwnd.on_loss(highest)
@@ -527,6 +613,19 @@ class Worker:
         self.last_stats = stats
 
 
+# A Reduce its roots acknowledge ends on their window ACKs, one more trip through the switch after
+# the last result: that pays only where each root has enough chunks for the per-chunk ACKs it
+# saves to outweigh it (`python -m bench.collectives` at N = 8: ReduceScatter of 256 B - 16 KiB,
+# 1-2 chunks a root, was 1.2-1.6x slower with them; from 256 KiB, 23 a root, 1.2-1.3x faster).
+WINDOW_ACK_MIN_CHUNKS = 8
+
+
+def _window_acks_pay(chunks: int, roots: np.ndarray | None) -> bool:
+    """Whether a Reduce of `chunks` chunks with these roots gets window ACKs: at least
+    WINDOW_ACK_MIN_CHUNKS chunks per root."""
+    return chunks >= WINDOW_ACK_MIN_CHUNKS * (1 if roots is None else len(np.unique(roots)))
+
+
 # What kind of call the compiled engine runs (hosts/engine/engine.h ENG_KIND_*).
 _INT32, _ORDERED, _GATHER, _FLOAT = 0, 1, 2, 3
 
@@ -549,7 +648,7 @@ class _IncEngine:
         e.job_id, e.worker_id, e.num_workers = cfg.job_id, cfg.worker_id, cfg.num_workers
         e.window, e.k, e.give_up_after, e.spin = cfg.window, cfg.elements_per_packet, cfg.give_up_after, cfg.spin
         e.exponent_slack, e.exponent_margin = cfg.exponent_slack, cfg.exponent_margin
-        e.eager_rounds = cfg.eager_rounds
+        e.eager_rounds, e.window_acks = cfg.eager_rounds, cfg.window_acks
         rto, cwnd = worker.rto, worker.cwnd
         e.rto.initial, e.rto.min_rto, e.rto.max_rto = rto.initial, rto.min_rto, rto.max_rto
         e.rto.min_variance, e.rto.rto = rto.min_variance, rto.rto
@@ -575,6 +674,7 @@ class _IncEngine:
         data_c, out_c = ffi.from_buffer(data), ffi.from_buffer(out)
         roots_c = ffi.NULL if roots is None else ffi.from_buffer("uint8_t[]", np.asarray(roots, np.uint8))
         c.kind, c.dtype, c.collective, c.reduce_op = kind, engine.DTYPES[data.dtype], collective, reduce_op
+        c.window_acks_pay = collective == COLL_REDUCE and _window_acks_pay(chunks, roots)
         c.data, c.out, c.roots, c.bad_chunks, c.size = data_c, out_c, roots_c, self.bad_c, data.size
         rto, counters = self.rto, self.counters
         waits, dropped, samples = counters.waits, counters.dropped, rto.samples
@@ -595,7 +695,8 @@ class _IncEngine:
             st.timeouts, st.results, st.duplicate_results, st.early_results, st.early_drops, st.redone_chunks,
             waits, dropped, rto.samples - samples,
             worker.rto.srtt, st.first_result_s if st.has_first_result else None, worker.rto.rto, worker.cwnd.cwnd,
-            st.setup_s, st.exponent_s, st.send_s, st.wait_s, st.retransmit_s, st.finish_s, st.total_s)
+            st.setup_s, st.exponent_s, st.send_s, st.wait_s, st.retransmit_s, st.finish_s, st.total_s,
+            window_acks=st.window_acks)
         if status == 0:                       # ENG_OK
             return out
         return self._raise(status, array.dtype)
@@ -652,6 +753,9 @@ class _Call:
         self.collective = COLL_ALLREDUCE
         self.roots: np.ndarray | None = None     # each chunk's root worker (Reduce, Broadcast)
         self.eager = False                       # eager Broadcast rounds (_GatherCall)
+        self.window_acks = False                 # a Reduce whose roots acknowledge it (OP_WINDOW_ACK)
+        # As a root: my items answered since my last window ACK, by index: the element it gives each.
+        self.owned_results: dict[int, int] = {}
 
     def root_of(self, chunk: int) -> int:
         return 0 if self.roots is None else int(self.roots[chunk])
@@ -680,6 +784,8 @@ class _Call:
 
     def header(self, chunk: int, slot: int, version: int, seq: int, flags: int = 0, exponent: int = 0,
                need: int = 0) -> bytes:
+        if self.window_acks:
+            flags |= FLAG_WINDOW_ACKS
         return pack_header(IncHeader(OP_CONTRIB if self.sends_data(chunk) else OP_JOIN, self._job_id,
                                      self._worker_id, self.k if chunk < self.m - 1 else self._last, slot,
                                      version, seq, flags, exponent, need, reduce_op=self.reduce_op,

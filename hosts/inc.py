@@ -18,9 +18,10 @@ from scapy.packet import Packet, bind_layers
 # where the packet code and its users have always found them.
 from protocol import (AGG_IP, AGG_MAC, COLL_ALLREDUCE, COLL_BARRIER, COLL_BROADCAST,  # noqa: F401
                       COLL_REDUCE, COLLECTIVES, DEFAULT_ELEMENTS_PER_PACKET,
-                      MAX_ELEMENTS_PER_PACKET, FLAG_EAGER, FLAG_OVERFLOW, FLAG_PARTIAL,
+                      MAX_ELEMENTS_PER_PACKET, FLAG_EAGER, FLAG_OVERFLOW, FLAG_PARTIAL, FLAG_WINDOW_ACKS,
                       FLAG_RESENT, FLAG_RETRANSMIT, HEADER_ONLY, HEADER_SIZE, INC_PORT, INC_VERSION,
-                      MAX_WORKERS, OP_ACK, OP_CONTRIB, OP_JOIN, OP_RESULT, OP_RING, OP_RING_ACK, OPCODES,
+                      MAX_WORKERS, OP_ACK, OP_CONTRIB, OP_JOIN, OP_RESULT, OP_RING, OP_RING_ACK, OP_WINDOW_ACK, OPCODES,
+                      WINDOW_ACK_ANSWERED,
                       POOL_SIZE, REDUCE_MAX, REDUCE_MIN, REDUCE_OPS, REDUCE_SUM, RING_PORT)
 
 INC_K = DEFAULT_ELEMENTS_PER_PACKET   # elements per packet

@@ -142,6 +142,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="inc: Broadcast and AllGather chunks completed by their root's packet alone, once the "
                         "switch says it runs them (docs/protocol.md, \"Eager rounds\"); every worker of the job "
                         f"must use the same (default {'on' if JobConfig.eager_rounds else 'off'})")
+    p.add_argument("--window-acks", action=argparse.BooleanOptionalAction, default=JobConfig.window_acks,
+                   help="inc: Reduce and ReduceScatter chunks acknowledged to the others by their root, a quarter "
+                        "window at a time, once the switch says it takes window ACKs (docs/protocol.md, \"Window "
+                        "ACKs\"); every worker of the job must use the same "
+                        f"(default {'on' if JobConfig.window_acks else 'off'})")
     p.add_argument("-v", "--verbose", action="store_true", help="log every retransmission")
     return p
 
@@ -286,7 +291,7 @@ def make_worker(args: argparse.Namespace) -> Worker | RingWorker:
                        timeout=JobConfig.timeout if args.timeout is None else args.timeout / 1000,
                        max_rto=args.max_rto / 1000, give_up_after=args.give_up_after,
                        elements_per_packet=args.elements_per_packet, engine=args.engine,
-                       eager_rounds=args.eager_rounds)
+                       eager_rounds=args.eager_rounds, window_acks=args.window_acks)
     port = INC_PORT if args.port is None else args.port
     return Worker(config, UdpTransport(args.aggregator, (args.bind, port), args.interface))
 

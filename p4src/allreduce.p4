@@ -3,11 +3,12 @@
 // tensor to the switch's aggregator address; the switch sums them (or keeps their min or
 // max) per slot in registers and multicasts the result. The header's collective says who
 // gets the result's data: everyone (AllReduce, Broadcast), or the root alone while the others
-// get a header-only acknowledgement (Reduce, ReduceScatter) or everyone an acknowledgement
-// (Barrier). Most Broadcast chunks are eager rounds, which the root's data completes alone. On
-// a leaf-spine a job can be aggregated on two levels: each leaf sums its own
-// workers and sends the spine one partial per slot, the spine sums the leaves' partials and
-// sends its result down through the leaves. Everything else is forwarded as ordinary traffic.
+// get a header-only acknowledgement (Reduce, ReduceScatter: or the root's window ACK, one for
+// many chunks) or everyone an acknowledgement (Barrier). Most Broadcast chunks are eager
+// rounds, which the root's data completes alone. On a leaf-spine a job can be aggregated on
+// two levels: each leaf sums its own workers and sends the spine one partial per slot, the
+// spine sums the leaves' partials and sends its result down through the leaves. Everything
+// else is forwarded as ordinary traffic.
 // Wire format and algorithm: docs/protocol.md.
 #include <core.p4>
 #include <v1model.p4>
@@ -35,6 +36,9 @@ const bit<4> OP_CONTRIB  = 1;   // worker -> switch: one worker's chunk
 const bit<4> OP_RESULT   = 2;   // switch -> worker: the sum of all workers' chunks
 const bit<4> OP_JOIN     = 5;   // worker -> switch, header only: counts as a chunk of zeros
 const bit<4> OP_ACK      = 6;   // switch -> worker, header only: the round is complete
+// root -> switch -> the others (Reduce): which of the root's count items up to seq have their
+// results, with each one's flags and need (element i: item seq - count + i; docs/protocol.md)
+const bit<4> OP_WINDOW_ACK = 7;
 
 // Who contributes data and who gets it back (the header's collective; root: the header's root).
 const bit<3> COLL_ALLREDUCE = 0;   // all contribute, all get the result
@@ -55,8 +59,12 @@ const bit<8> FLAG_RETRANSMIT = 0x08;  // a contribution sent again; a result of 
 // ask again (a JOIN with it) for a result they lost. On a flat job's Broadcast or Barrier result:
 // this switch runs such rounds, so the workers may use them from their next call on.
 const bit<8> FLAG_EAGER = 0x10;
+// A Reduce chunk whose root acknowledges it to the others: the switch sends its result to the
+// root alone, and the root's OP_WINDOW_ACK, one for many chunks, goes to the others in place of
+// an ACK per chunk each. On a flat job's Reduce result: this switch takes window ACKs.
+const bit<8> FLAG_WINDOW_ACKS = 0x20;
 // What a slot keeps of its contributions' flags, and its result carries.
-const bit<8> ROUND_FLAGS = FLAG_OVERFLOW | FLAG_PARTIAL | FLAG_RETRANSMIT | FLAG_EAGER;
+const bit<8> ROUND_FLAGS = FLAG_OVERFLOW | FLAG_PARTIAL | FLAG_RETRANSMIT | FLAG_EAGER | FLAG_WINDOW_ACKS;
 
 // Added to set_job's num_workers on a leaf of a hierarchical job: a completed slot holds only
 // this leaf's partial, which goes up to the spine; the spine's result comes back down.
@@ -611,7 +619,9 @@ control MyIngress(inout headers_t hdr,
         // spine's result comes down as a result; both carry FLAG_PARTIAL and always carry data.
         bool partial = (hdr.inc.flags & FLAG_PARTIAL) != 0;
         bool from_spine = partial && hdr.inc.opcode == OP_RESULT;
-        if ((hdr.inc.opcode != OP_CONTRIB && hdr.inc.opcode != OP_JOIN && !from_spine)
+        // A root's window ACK: a Reduce's, on one level.
+        bool window_ack = hdr.inc.opcode == OP_WINDOW_ACK && hdr.inc.collective == COLL_REDUCE && !partial;
+        if ((hdr.inc.opcode != OP_CONTRIB && hdr.inc.opcode != OP_JOIN && !from_spine && !window_ack)
                 || (partial && hdr.inc.opcode == OP_JOIN)
                 || hdr.inc.count == 0 || hdr.inc.count > INC_K
                 || hdr.inc.reduce_op > REDUCE_MAX || hdr.inc.collective > COLL_BARRIER) {
@@ -624,7 +634,7 @@ control MyIngress(inout headers_t hdr,
             || (hdr.inc.collective == COLL_BROADCAST && hdr.inc.worker_id == (bit<8>)hdr.inc.root);
         // An eager round is a Broadcast's, on one level: the partials of two levels need every leaf.
         bool eager = (hdr.inc.flags & FLAG_EAGER) != 0;
-        if ((!partial && sends_data != (hdr.inc.opcode == OP_CONTRIB))
+        if ((!partial && !window_ack && sends_data != (hdr.inc.opcode == OP_CONTRIB))
                 || (hdr.inc.collective >= COLL_BROADCAST && hdr.inc.reduce_op != REDUCE_SUM)
                 || (eager && (partial || hdr.inc.collective != COLL_BROADCAST))) {
             drop_malformed();
@@ -638,12 +648,23 @@ control MyIngress(inout headers_t hdr,
         }
         // Worker ids are the job's own on a switch its workers are cabled to; a leaf's workers
         // and a spine's leaves are only some of them, so there the root cannot be checked.
-        if ((from_spine && !meta.leaf_job) || (eager && meta.leaf_job)
+        if ((from_spine && !meta.leaf_job) || ((eager || window_ack) && meta.leaf_job)
                 || (!meta.leaf_job && !partial && (bit<8>)hdr.inc.root >= meta.num_workers)) {
             drop_malformed();
             return;
         }
         if (!inc_worker.apply().hit) {
+            return;
+        }
+        // A window ACK is the root's own and touches no slot: it goes to the job's workers.
+        if (window_ack) {
+            if (hdr.inc.worker_id != (bit<8>)hdr.inc.root) {
+                drop_malformed();
+                return;
+            }
+            standard_metadata.mcast_grp = meta.mcast_grp;
+            meta.inc_reply = true;
+            meta.inc_multicast = true;
             return;
         }
         if ((bit<16>)hdr.inc.slot >= meta.num_slots
@@ -788,14 +809,28 @@ control MyEgress(inout headers_t hdr,
                 hdr.inc.opcode = OP_CONTRIB;
                 hdr.inc.flags = hdr.inc.flags | FLAG_PARTIAL;
             }
-            // A flat job's Broadcast and Barrier results say that this switch runs eager rounds.
+            // Where the root acknowledges a Reduce's chunks (FLAG_WINDOW_ACKS), a round's result
+            // goes to the root alone and the root's window ACK to the others alone.
+            bool window_ack = hdr.inc.opcode == OP_WINDOW_ACK;
+            bool to_root = meta.dest_worker == (bit<8>)hdr.inc.root;
+            bool acked_by_root = hdr.inc.collective == COLL_REDUCE
+                && (hdr.inc.flags & (FLAG_WINDOW_ACKS | FLAG_PARTIAL)) == FLAG_WINDOW_ACKS;
+            if (meta.inc_multicast && ((window_ack && to_root) || (acked_by_root && !window_ack && !to_root))) {
+                mark_to_drop(standard_metadata);
+            }
+            // A flat job's Broadcast and Barrier results say that this switch runs eager rounds,
+            // its Reduce results that it takes window ACKs.
             if (!meta.leaf_job && (hdr.inc.flags & FLAG_PARTIAL) == 0 && hdr.inc.collective >= COLL_BROADCAST) {
                 hdr.inc.flags = hdr.inc.flags | FLAG_EAGER;
             }
+            if (!meta.leaf_job && (hdr.inc.flags & FLAG_PARTIAL) == 0 && hdr.inc.collective == COLL_REDUCE) {
+                hdr.inc.flags = hdr.inc.flags | FLAG_WINDOW_ACKS;
+            }
             // The data goes to every worker except: in a Reduce, to the root alone; in a
             // Barrier, to nobody. The others get the header alone, as an ACK. Between switches
-            // the data always goes: the leaves apply this rule for their workers.
-            if ((hdr.inc.flags & FLAG_PARTIAL) == 0 && (hdr.inc.collective == COLL_BARRIER
+            // the data always goes: the leaves apply this rule for their workers. A window ACK
+            // keeps its elements.
+            if (!window_ack && (hdr.inc.flags & FLAG_PARTIAL) == 0 && (hdr.inc.collective == COLL_BARRIER
                     || (hdr.inc.collective == COLL_REDUCE && meta.dest_worker != (bit<8>)hdr.inc.root))) {
                 hdr.inc.opcode = OP_ACK;
                 FOR_EACH_BLOCK(DROP_BLOCK)

@@ -26,8 +26,12 @@ OP_RING = 3                      # ring baseline: one chunk of a step, host to h
 OP_RING_ACK = 4                  # ring baseline: the receiver has that chunk
 OP_JOIN = 5                      # worker -> switch, header only: counted, adds nothing
 OP_ACK = 6                       # switch -> worker, header only: the round is complete
+OP_WINDOW_ACK = 7                # Reduce's root -> switch -> the others: which of its items have their
+                                 # results, with each one's flags and need (one element per item)
+WINDOW_ACK_ANSWERED = 1 << 16    # in a window ACK's element: this item's round is complete; bits 15-8
+                                 # its result's flags, 7-0 its need (0: not said here)
 OPCODES = {OP_CONTRIB: "contrib", OP_RESULT: "result", OP_RING: "ring", OP_RING_ACK: "ring-ack",
-           OP_JOIN: "join", OP_ACK: "ack"}
+           OP_JOIN: "join", OP_ACK: "ack", OP_WINDOW_ACK: "window-ack"}
 HEADER_ONLY = (OP_JOIN, OP_ACK)  # opcodes whose payload is the header alone
 
 # How the switch combines a slot's contributions (the header's reduce_op).
@@ -50,6 +54,8 @@ FLAG_PARTIAL = 0x04              # between switches only: a leaf's partial sum, 
 FLAG_RETRANSMIT = 0x08           # a contribution sent again; a result whose round had one
 FLAG_EAGER = 0x10                # a Broadcast chunk the root's data completes alone; on a flat job's
                                  # Broadcast or Barrier result: the switch runs such rounds
+FLAG_WINDOW_ACKS = 0x20          # a Reduce chunk whose root acknowledges it to the others in an
+                                 # OP_WINDOW_ACK; on a flat job's Reduce result: the switch takes them
 
 # Sizes. A packet is Ethernet / IPv4 (no options) / UDP / the INC header / K int32 elements.
 # K, the elements per packet, is a build parameter of allreduce.p4 (INC_K, a multiple of 32) and so

@@ -34,8 +34,9 @@ DTYPES = {np.dtype(np.int32): 0, np.dtype(np.float32): 1, np.dtype(np.float16): 
 # The numbers C shares with Python, passed as -D flags (internal.h): one home for each.
 DEFINES = {"INC_VERSION": protocol.INC_VERSION, "INC_HEADER_SIZE": protocol.HEADER_SIZE,
            **{name: getattr(protocol, name) for name in (
-               "OP_CONTRIB", "OP_RESULT", "OP_RING", "OP_RING_ACK", "OP_JOIN", "OP_ACK", "FLAG_OVERFLOW",
-               "FLAG_RETRANSMIT", "FLAG_EAGER", "COLL_BROADCAST", "COLL_BARRIER")},
+               "OP_CONTRIB", "OP_RESULT", "OP_RING", "OP_RING_ACK", "OP_JOIN", "OP_ACK", "OP_WINDOW_ACK", "WINDOW_ACK_ANSWERED", "FLAG_OVERFLOW",
+               "FLAG_RETRANSMIT", "FLAG_EAGER", "FLAG_WINDOW_ACKS", "COLL_REDUCE", "COLL_BROADCAST",
+               "COLL_BARRIER")},
            **{name: getattr(quantize, name) for name in ("EXPONENT_MIN", "EXPONENT_MAX", "WIRE_BITS", "KEPT_BASES")}}
 
 __all__ = ["BuildError", "DEFAULT_SPIN", "spin_for", "ENGINES", "DTYPES", "DEFINES", "library", "unavailable",

@@ -32,6 +32,7 @@ typedef struct {
 typedef struct {
     int64_t packets_sent, retransmits, fast_retransmits, timeouts, results, duplicate_results, early_results,
             early_drops, redone_chunks;
+    int64_t window_acks;             /* OP_WINDOW_ACKs sent (a Reduce's root) or taken (the others) */
     int has_first_result;
     double first_result_s, setup_s, exponent_s, send_s, wait_s, retransmit_s, finish_s, total_s;
 } eng_stats;
@@ -46,12 +47,14 @@ typedef struct {
     double spin;                     /* seconds to keep reading for results before sleeping (JobConfig.spin) */
     int exponent_slack, exponent_margin;
     int eager_rounds;                /* JobConfig.eager_rounds: may use eager Broadcast rounds */
+    int window_acks;                 /* JobConfig.window_acks: may have Reduce calls acknowledged by their roots */
     uint64_t next_seq;
     eng_rto rto;
     eng_cwnd cwnd;
     double live_since;               /* when the first result ever came (CLOCK_MONOTONIC), else inf */
     int eager;                       /* a result said the switch runs eager Broadcast rounds (FLAG_EAGER) */
     int after_eager;                 /* the last call was eager: it ended on a gate */
+    int takes_window_acks;           /* a Reduce result said the switch takes window ACKs (FLAG_WINDOW_ACKS) */
     void *bases;                     /* the last float calls' agreed exponents (inc.c bases_t; NULL before one) */
     eng_counters counters;
     void *scratch;                   /* the calls' memory, kept from call to call (grown as needed) */
@@ -65,6 +68,7 @@ typedef struct {
     int kind;                        /* ENG_KIND_* */
     int dtype;                       /* ENG_DTYPE_*: of data and out (GATHER: int32 words) */
     int collective, reduce_op;
+    int window_acks_pay;             /* a Reduce long enough for its roots' window ACKs (hosts/agent.py) */
     const void *data;
     int64_t size;                    /* elements */
     const uint8_t *roots;            /* each chunk's root worker, or NULL: all 0 */

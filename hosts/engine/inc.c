@@ -46,6 +46,11 @@ typedef struct {
     int eager;                       /* eager Broadcast rounds: a gate ends every `period` items and the call; */
     int64_t period, lag;             /* ... a gate goes once items up to `lag` before it are answered; */
     int64_t first_gate;              /* ... items from `window` on wait for this gate's result (-1: none) */
+    int window_acks;                 /* a Reduce whose roots acknowledge it (OP_WINDOW_ACK) */
+    int32_t *owned;                  /* as a root, by item: the element a window ACK gives my item answered
+                                        since my last one (WINDOW_ACK_ANSWERED | flags << 8 | need), 0: none */
+    int64_t owned_count, owned_from; /* ... how many; none before owned_from */
+    uint8_t *window_ack;             /* ... the packet, built and sent one at a time */
     int32_t *sums;                   /* m * k, what the results carried */
     double first_sent, started;
     struct sockaddr_in agg;
@@ -228,6 +233,8 @@ static int build_packet(call_t *t, int64_t chunk, int64_t seq, uint8_t *out)
         memset(elements + 4 * n, 0, (size_t)(4 * (k - n)));
     }
     }
+    if (t->window_acks)
+        h.flags |= FLAG_WINDOW_ACKS;
     header_pack(&h, out);
     return data ? (int)(INC_HEADER_SIZE + 4 * k) : INC_HEADER_SIZE;
 }
@@ -315,6 +322,82 @@ static void keep_early(call_t *t, const inc_header *h, const uint8_t *data, int 
     }
 }
 
+/* hosts/agent.py Worker._accept_window_ack: a root's window ACK answers those of its items among
+   the `count` up to seq that it says have their results, each as an ACK with that result's flags
+   and need would answer it. Returns the last it answered. */
+static item_t *take_window_ack(call_t *t, const inc_header *h, const uint8_t *data)
+{
+    inc_engine *e = t->e;
+    eng_stats *stats = &t->c->stats;
+    item_t *last = NULL;
+    double now = eng_now();
+    if (now < e->live_since)
+        e->live_since = now;
+    int count = h->count < t->k ? h->count : (int)t->k;
+    for (int i = 0; i < count; i++) {
+        uint32_t index = h->seq - (uint32_t)h->count + (uint32_t)i - (uint32_t)(e->next_seq & 0xFFFFFFFF);
+        item_t *it = index < (uint64_t)t->next_item ? &t->items[index % t->slots] : NULL;
+        uint32_t code = get_be32(data + INC_HEADER_SIZE + 4 * i);
+        if (it == NULL || it->state != IN_FLIGHT || it->index != (int64_t)index || !(code & WINDOW_ACK_ANSWERED)
+                || root_of(t, it->chunk) != h->root)
+            continue;
+        t->in_flight--;
+        int flags = (int)(code >> 8 & 0xFF);
+        /* The round trip now ends at the root's window ACK, and the RTO must cover it (as TCP's
+           covers a delayed ack); Karn and the rest as in take_result. */
+        if (it->sends == 1 && !(flags & FLAG_RETRANSMIT) && it->first_sent >= e->live_since)
+            rto_sample(&e->rto, now - it->first_sent);
+        cwnd_on_ack(&e->cwnd, it->seq);
+        if (!stats->results) {
+            stats->first_result_s = now - t->first_sent;
+            stats->has_first_result = 1;
+        }
+        stats->results++;
+        record(t, it, flags, (int8_t)(code & 0xFF), NULL);
+        last = it;
+    }
+    stats->window_acks++;
+    return last;
+}
+
+/* hosts/agent.py Worker._send_window_acks: as a root, tell the others which of my items have their
+   results since my last window ACK, with each one's flags and need (they decide what the others
+   do next as they decide it here), once a quarter window of them waits, or I am `idle` (about to
+   wait: the others may be waiting for them), as at the call's end. One window ACK lists up to K
+   items from the first of them on; an item without its result yet is left out, not held. */
+static void send_window_acks(call_t *t, int idle)
+{
+    inc_engine *e = t->e;
+    if (!t->owned_count || (!idle && t->owned_count < (e->window / 4 > 1 ? e->window / 4 : 1)))
+        return;
+    uint8_t *elements = t->window_ack + INC_HEADER_SIZE;
+    for (int64_t j = t->owned_from; t->owned_count > 0 && j < t->next_item; ) {
+        if (!t->owned[j]) {
+            j++;
+            continue;
+        }
+        int64_t start = j, count = 0;
+        memset(elements, 0, (size_t)(4 * t->k));
+        for (; j < start + t->k && j < t->next_item; j++) {
+            if (!t->owned[j])
+                continue;
+            put_be32(elements + 4 * (j - start), (uint32_t)t->owned[j]);
+            t->owned[j] = 0;
+            t->owned_count--;
+            count = j - start + 1;
+        }
+        inc_header h = {.opcode = OP_WINDOW_ACK, .flags = FLAG_WINDOW_ACKS, .job_id = e->job_id,
+                        .worker_id = e->worker_id, .count = (int)count,
+                        .seq = (uint32_t)(e->next_seq + (uint64_t)start + (uint64_t)count),
+                        .reduce_op = t->c->reduce_op, .collective = COLL_REDUCE, .root = e->worker_id};
+        header_pack(&h, t->window_ack);
+        batch_add(&t->out, t->window_ack, (size_t)(INC_HEADER_SIZE + 4 * t->k), &t->agg);
+        batch_flush(&t->out);            /* one buffer: sent before it is built again */
+        t->c->stats.packets_sent++;
+        t->c->stats.window_acks++;
+    }
+}
+
 /* The item a datagram answers (recorded), or NULL for anything else (kept if early). */
 static item_t *take_result(call_t *t, const uint8_t *data, int len)
 {
@@ -326,6 +409,8 @@ static item_t *take_result(call_t *t, const uint8_t *data, int len)
     int header_only = h.opcode == OP_JOIN || h.opcode == OP_ACK;
     if (!header_only && len < INC_HEADER_SIZE + 4 * t->k)
         return NULL;
+    if (h.opcode == OP_WINDOW_ACK && t->window_acks && h.job_id == e->job_id)
+        return take_window_ack(t, &h, data);
     if ((h.opcode != OP_RESULT && h.opcode != OP_ACK) || h.job_id != e->job_id)
         return NULL;
     uint32_t index = h.seq - (uint32_t)(e->next_seq & 0xFFFFFFFF);   /* item index, mod 2^32 */
@@ -340,6 +425,8 @@ static item_t *take_result(call_t *t, const uint8_t *data, int len)
         e->live_since = now;
     if ((h.flags & FLAG_EAGER) && e->eager_rounds)
         e->eager = 1;
+    if ((h.flags & FLAG_WINDOW_ACKS) && h.collective == COLL_REDUCE && e->window_acks)
+        e->takes_window_acks = 1;
     /* Karn, a round that waited for a retransmission, and items sent before the job's first
        result (their wait timed the slowest peer's start-up): no round-trip sample. */
     if (it->sends == 1 && !(h.flags & FLAG_RETRANSMIT) && it->first_sent >= e->live_since
@@ -352,18 +439,27 @@ static item_t *take_result(call_t *t, const uint8_t *data, int len)
     }
     t->c->stats.results++;
     record(t, it, h.flags, h.need, h.opcode == OP_RESULT ? data : NULL);
+    if (t->window_acks && root_of(t, it->chunk) == e->worker_id) {   /* the others learn it from me */
+        if (!t->owned_count || it->index < t->owned_from)
+            t->owned_from = it->index;
+        t->owned[it->index] = WINDOW_ACK_ANSWERED | h.flags << 8 | (h.need & 0xFF);
+        t->owned_count++;
+    }
     return it;
 }
 
 /* Items sent before `answered` and REORDER_THRESHOLD or more older are lost: send each once
    again now rather than after its timeout (TCP's fast retransmit). */
-static void resend_overtaken(call_t *t, int64_t index, double first_sent, int64_t highest)
+static void resend_overtaken(call_t *t, const item_t *answered, int64_t highest)
 {
+    int64_t index = answered->index;
     for (int64_t j = t->answered; j <= index - REORDER_THRESHOLD; j++) {
         item_t *it = &t->items[j % t->slots];
-        if (it->state != IN_FLIGHT || it->index != j || it->fast || it->last_sent >= first_sent
+        if (it->state != IN_FLIGHT || it->index != j || it->fast || it->last_sent >= answered->first_sent
                 || !in_order(t, j, index))
             continue;
+        if (t->window_acks && root_of(t, it->chunk) != root_of(t, answered->chunk))
+            continue;                    /* another root acknowledges it, at its own pace */
         it->fast = 1;
         t->c->stats.fast_retransmits++;
         cwnd_on_loss(&t->e->cwnd, highest);
@@ -403,7 +499,9 @@ static int on_result(call_t *t, const uint8_t *data, int len, double *wake, doub
     *last_progress = eng_now();
     if (t->eager)
         *wake = fmin(*wake, arm_silent(t, it->index));
-    resend_overtaken(t, it->index, it->first_sent, (int64_t)t->e->next_seq + t->next_item - 1);
+    resend_overtaken(t, it, (int64_t)t->e->next_seq + t->next_item - 1);
+    if (t->window_acks)
+        send_window_acks(t, 0);
     return 1;
 }
 
@@ -545,12 +643,17 @@ static void exchange(call_t *t)
         batch_flush(&t->out);
         if (took)
             continue;                    /* answered items free the window: make more before waiting */
-        if (t->done)
+        if (t->done) {
+            if (t->window_acks)
+                send_window_acks(t, 1);
             return;
+        }
         if (t->eager)
             wake = fmin(wake, arm_silent(t, -1));
         /* Results already here come first: a worker that was not scheduled for a while must
            not take its own lateness for the switch's. */
+        if (t->window_acks && drained)
+            send_window_acks(t, 1);      /* about to wait: first what the others may wait for */
         t0 = eng_now();
         int got = recv_some(t->in, e->fd, fmax(0.0, wake - t0), -1, drained, e->spin);
         drained = got < BATCH;
@@ -717,6 +820,7 @@ int inc_run(inc_engine *e, inc_call *c)
     t.lag = e->window / 4;
     t.period = e->window - t.lag;
     t.first_gate = e->after_eager ? -1 : (t.period < t.m ? t.period : t.m) - 1;
+    t.window_acks = e->takes_window_acks && c->collective == COLL_REDUCE && c->window_acks_pay;
     int is_float = c->kind == ENG_KIND_FLOAT;
     int64_t max_items = is_float ? 2 * t.m : t.m;
     t.slots = max_items < e->window ? max_items : e->window;
@@ -772,6 +876,10 @@ int inc_run(inc_engine *e, inc_call *c)
             TAKE(t.redo_chunk, t.m);
             TAKE(t.failed, t.m);
         }
+        if (t.window_acks) {
+            TAKE(t.owned, max_items);
+            TAKE(t.window_ack, packet);
+        }
         if (!pass) {
             need = used;
             continue;
@@ -780,6 +888,8 @@ int inc_run(inc_engine *e, inc_call *c)
         for (int64_t i = 0; i < t.slots; i++)
             t.items[i].payload = payloads + (size_t)i * packet;
         memset(t.sums, 0, (size_t)(t.m * t.k) * sizeof *t.sums);   /* zeros stay where only an ACK came back */
+        if (t.window_acks)
+            memset(t.owned, 0, (size_t)max_items * sizeof *t.owned);
         t.agg = (struct sockaddr_in){.sin_family = AF_INET, .sin_port = e->agg_port, .sin_addr.s_addr = e->agg_addr};
         t.out = (send_batch){.fd = e->fd, .counters = &e->counters};
         if (c->kind == ENG_KIND_ORDERED) {

@@ -15,8 +15,8 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
 from controller.allreduce import JOB_GROUP_BASE
-from hosts.inc import (AGG_IP, FLAG_PARTIAL, FLAG_RESENT, INC_K, INC_PORT, OP_CONTRIB, OP_RESULT, REDUCE_MAX,
-                       Inc)
+from hosts.inc import (AGG_IP, COLL_REDUCE, FLAG_PARTIAL, FLAG_RESENT, FLAG_WINDOW_ACKS, INC_K, INC_PORT, OP_ACK,
+                       OP_CONTRIB, OP_RESULT, OP_WINDOW_ACK, REDUCE_MAX, Inc)
 from protocol import UP_GROUP
 from tests.controller.test_dataplane import GATEWAY_MAC, Fabric, make_fabric  # noqa: F401 - a fixture
 from topologies.spec import Topology, leaf_spine, three_tier
@@ -202,6 +202,22 @@ def test_a_worker_cannot_pose_as_the_spine(fabric):
     assert fabric.send("h3", contribution(fabric, "h3", data["h3"])) == []
     assert fabric.send("h4", contribution(fabric, "h4", data["h4"])) == []
     check_results(fabric.send("h1", contribution(fabric, "h1", data["h1"])), set(WORKERS), total(data))
+
+
+def test_a_two_level_reduce_keeps_its_acks_and_refuses_window_acks(fabric):
+    """Window ACKs are a flat job's (docs/protocol.md): a two-level Reduce's answers do not offer
+    them, its per-chunk ACKs come down even to workers that asked for window ACKs, and a window
+    ACK sent to a leaf is dropped as malformed."""
+    data = inputs(8)
+    arrivals = send_round(fabric, data, collective=COLL_REDUCE, root=1, flags=FLAG_WINDOW_ACKS)
+    assert sorted(h for h, _ in arrivals) == sorted(WORKERS)
+    for host, raw in arrivals:
+        inc = Ether(raw)[Inc]
+        assert inc.opcode == (OP_RESULT if host == "h2" else OP_ACK) and not int(inc.flags) & FLAG_WINDOW_ACKS
+    ack = Inc(job_id=1, worker_id=1, opcode=OP_WINDOW_ACK, seq=1, count=1, collective=COLL_REDUCE, root=1,
+              flags=FLAG_WINDOW_ACKS, elements=[0] * INC_K)
+    assert fabric.send("h2", frame(fabric, "h2", ack)) == []
+    assert counter(fabric, "s1", "malformed_drops") == 1
 
 
 # Three tiers: leaves s1, s2 (pod 1, under s5) and s3, s4 (pod 2, under s6), core s7; workers

@@ -3,7 +3,8 @@ of Python workers and of both, on real UDP sockets through p4sim in process (tes
 with loss, duplication and reordering, run the same calls (every collective, op and dtype, the
 errors included). Every job must give every worker the same bits, and every worker must put
 the same packets on the wire whichever engine it runs: per seq, the same header and elements
-(retransmissions aside, which only add the RETRANSMIT flag).
+(retransmissions aside, which only add the RETRANSMIT flag), and as a Reduce's root the same
+flags and need for each item in its window ACKs (how many items each one covers is timing).
 """
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ from p4sim import Program, Switch
 
 from hosts import engine
 from hosts.agent import IncOverflowError, IncTimeoutError, JobConfig, Worker
-from hosts.inc import FLAG_EAGER, FLAG_RETRANSMIT, HEADER_SIZE, INC_K, OP_JOIN, unpack_header
+from hosts.inc import (FLAG_EAGER, FLAG_RESENT, FLAG_RETRANSMIT, FLAG_WINDOW_ACKS, HEADER_SIZE, INC_K, OP_JOIN,
+                       OP_WINDOW_ACK, elements_view, unpack_header)
 from hosts.inprocess import Faults, InProcessFabric
 from hosts.numerics import BFLOAT16
 from hosts.transport import UdpTransport
@@ -40,6 +42,7 @@ class JobRun:
     sent: list[dict[int, bytes]]      # [worker]: seq -> the payload it sent for it, RETRANSMIT cleared
     payloads: list[list[bytes]]       # [worker]: every payload it sent, in order
     resent: list[int]                 # [worker]: payloads it sent more than once
+    window_acked: list[dict[int, tuple[int, ...]]]   # [worker]: item seq -> what its window ACKs said of it
     engines: list[str]                # what each worker ran on
 
 
@@ -74,18 +77,44 @@ def run_job(program: Program, engines: list[str], calls: list[Call], faults: Fau
             for worker in workers:
                 worker.close()
         sent = [distinct_packets(payloads) for payloads in bridge.sent]
-        resent = [len(payloads) - len(distinct) for payloads, distinct in zip(bridge.sent, sent)]
+        acked = [window_acked(payloads) for payloads in bridge.sent]
+        resent = [len(payloads) - len(distinct) - sum(map(is_window_ack, payloads))
+                  for payloads, distinct in zip(bridge.sent, sent)]
     return JobRun([[per_worker[w][c] for w in range(n)] for c in range(len(calls))], sent, bridge.sent, resent,
-                  [w.engine for w in workers])
+                  acked, [w.engine for w in workers])
 
 
 def distinct_packets(payloads: list[bytes]) -> dict[int, bytes]:
-    """seq -> payload, each retransmission the same packet but for its RETRANSMIT flag."""
+    """seq -> payload, each retransmission the same packet but for its RETRANSMIT flag (window
+    ACKs aside: window_acked)."""
     out: dict[int, bytes] = {}
     for p in payloads:
+        if is_window_ack(p):
+            continue
         first = p[:1] + bytes([p[1] & ~FLAG_RETRANSMIT]) + p[2:]
         seq = unpack_header(p, (len(p) - HEADER_SIZE) // 4).seq
         assert out.setdefault(seq, first) == first, f"seq {seq} sent with different contents"
+    return out
+
+
+def is_window_ack(payload: bytes) -> bool:
+    return payload[0] & 0xF == OP_WINDOW_ACK
+
+
+def window_acked(payloads: list[bytes]) -> dict[int, tuple[int, ...]]:
+    """A root's window ACKs, item by item: seq -> their header (but seq and count) and the flags
+    and need they give it, without the flags that say a round or its answer went twice (loss
+    decides those). Each item the root owns once, others' never."""
+    out: dict[int, tuple[int, ...]] = {}
+    for p in filter(is_window_ack, payloads):
+        h = unpack_header(p, (len(p) - HEADER_SIZE) // 4)
+        codes = elements_view(p, (len(p) - HEADER_SIZE) // 4)
+        for i in range(h.count):
+            if codes[i]:
+                seq = (h.seq - h.count + i) & 0xFFFFFFFF
+                assert seq not in out, f"seq {seq} window-acked twice"
+                out[seq] = (h.flags, h.job_id, h.worker_id, h.slot, h.pool_version, h.exponent, h.need,
+                            h.reduce_op, h.collective, h.root, int(codes[i]) & ~((FLAG_RETRANSMIT | FLAG_RESENT) << 8))
     return out
 
 
@@ -156,6 +185,10 @@ def assert_jobs_agree(runs: list[JobRun]) -> None:
                 assert run.sent[w].get(seq) == reference.sent[w].get(seq), \
                     f"worker {w} on {run.engines[w]} sent seq {seq} as {describe(run.sent[w].get(seq))}, " \
                     f"on {reference.engines[w]} as {describe(reference.sent[w].get(seq))}"
+        for w in range(len(run.window_acked)):
+            assert run.window_acked[w] == reference.window_acked[w], \
+                f"worker {w} on {run.engines[w]} window-acked {describe_acked(run.window_acked[w])}, " \
+                f"on {reference.engines[w]} {describe_acked(reference.window_acked[w])}"
         for c, per_worker in enumerate(run.results):
             for w, got in enumerate(per_worker):
                 assert same(got, reference.results[c][w]), f"call {c} worker {w} on {run.engines[w]}: {got!r}"
@@ -167,6 +200,10 @@ def asks_again(payload: bytes | None) -> bool:
         return False
     header = unpack_header(payload, (len(payload) - HEADER_SIZE) // 4)
     return header.opcode == OP_JOIN and bool(header.flags & FLAG_EAGER)
+
+
+def describe_acked(acked: dict[int, tuple[int, ...]]) -> str:
+    return ", ".join(f"{seq}: {code[:-1]} {code[-1] >> 8:#x}/{code[-1] & 0xFF}" for seq, code in sorted(acked.items()))
 
 
 def describe(payload: bytes | None) -> str:
@@ -200,6 +237,7 @@ def test_mixed_jobs_give_every_worker_the_same_bits_and_send_the_same_packets(co
     assert [r.engines for r in runs] == [["python"] * N, ["c"] * N, ["c", "python", "c", "python"]]
     assert_jobs_agree(runs)
     assert all(resent > 0 for run in runs for resent in run.resent), "the loss was not exercised"
+    assert all(run.window_acked[2] for run in runs), "no Reduce was acknowledged by its root"
     results = runs[0].results
     ints = [call[0] for call in results[:4]]       # the int32 sums: numpy's
     assert all(r.dtype == np.int32 for r in ints)
@@ -300,6 +338,69 @@ def test_eager_results_that_come_before_their_call_are_kept_for_it(compiled: Non
     stats = run.results[1][late][1]
     assert (stats.early_results, stats.timeouts, stats.retransmits, stats.early_drops) == (3, 0, 0, 0), stats
     assert eager_requests(run.payloads[late], range(1, 1 + chunks)) == []
+
+
+def reduce_calls(stats: dict[tuple[int, int], Any]) -> list[Call]:
+    """Reduce and ReduceScatter calls in a row, each worker's stats kept in `stats` by (worker, call):
+    the first learns that the switch takes window ACKs, the others are acknowledged by their roots.
+    Long enough for several window ACKs per root and call, of int32, min and float items (redone
+    ones among them: the magnitudes change from call to call)."""
+    calls: list[Call] = []
+
+    def kept(call: Call) -> Call:
+        c = len(calls)
+
+        def run(wk: Worker, w: int) -> Any:
+            try:
+                return call(wk, w)
+            finally:
+                stats[w, c] = wk.last_stats
+        return run
+
+    ints = inputs(41, N * 9 * INC_K, np.dtype(np.int32))
+    calls.append(kept(lambda wk, w: wk.reduce(ints[w], root=1)))
+    calls.append(kept(lambda wk, w: wk.reduce_scatter(ints[w])))
+    calls.append(kept(lambda wk, w: wk.reduce(ints[w], root=3)))
+    for seed, scale in ((42, 1e4), (43, 1e-3), (44, 1.0)):
+        xs = inputs(seed, N * 8 * INC_K + 8, np.dtype(np.float32), scale)    # 9 chunks a root
+        calls.append(kept(lambda wk, w, xs=xs: wk.reduce_scatter(xs[w])))
+        calls.append(kept(lambda wk, w, xs=xs: wk.reduce(xs[w], root=0)))
+    calls.append(kept(lambda wk, w: wk.reduce(ints[w], root=2, op="min")))
+    return calls
+
+
+def test_reduces_acknowledged_by_their_roots_agree_between_engines(compiled: None, program: Program) -> None:
+    """From the second Reduce on, each chunk's root acknowledges it to the others in window ACKs:
+    under loss, C, Python and mixed jobs send the same packets, and the same flags and need for
+    each item in their window ACKs, and get the same bits."""
+    runs, all_stats = [], []
+    for engines in (["python"] * N, ["c"] * N, ["python", "c", "python", "c"]):
+        stats: dict[tuple[int, int], Any] = {}
+        runs.append(run_job(program, engines, reduce_calls(stats), LOSSY, window=16))
+        all_stats.append(stats)
+    assert_jobs_agree(runs)
+    assert all(resent > 0 for run in runs for resent in run.resent), "the loss was not exercised"
+    ints = inputs(41, N * 9 * INC_K, np.dtype(np.int32))
+    np.testing.assert_array_equal(runs[0].results[0][1], np.sum(ints, axis=0, dtype=np.int32))
+    np.testing.assert_array_equal(runs[0].results[-1][2], np.min(ints, axis=0))
+    for run, stats in zip(runs, all_stats):
+        calls = len(run.results)
+        assert all(stats[w, 0].window_acks == 0 for w in range(N)), "the first Reduce used window ACKs"
+        for c in range(1, calls):
+            # Every worker is a root of a ReduceScatter, and the others take the roots' window ACKs.
+            assert all(stats[w, c].window_acks > 0 for w in range(N)), (run.engines, c, stats)
+        assert all(run.window_acked[w] for w in range(N)), run.engines
+
+
+def test_a_job_that_declines_window_acks_acknowledges_nothing(compiled: None, program: Program) -> None:
+    """JobConfig.window_acks False: the switch's Reduce results say it takes window ACKs, but no
+    worker flags a chunk for them or sends one; the switch acknowledges every chunk as before."""
+    stats: dict[tuple[int, int], Any] = {}
+    run = run_job(program, ["c", "python", "c", "python"], reduce_calls(stats)[:3], window_acks=False)
+    assert not any(p[1] & FLAG_WINDOW_ACKS or is_window_ack(p) for sent in run.payloads for p in sent)
+    assert all(s.window_acks == 0 for s in stats.values())
+    np.testing.assert_array_equal(run.results[0][1], np.sum(inputs(41, N * 9 * INC_K, np.dtype(np.int32)),
+                                                          axis=0, dtype=np.int32))
 
 
 def test_an_engine_that_spins_before_sleeping_sends_the_same_packets(compiled: None, program: Program) -> None:

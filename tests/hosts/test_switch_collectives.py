@@ -1,5 +1,6 @@
 """allreduce.p4's other collectives on p4sim, packet by packet (docs/protocol.md, "The other
-collectives"): Reduce delivers the data to its root and a header-only ACK to the others,
+collectives"): Reduce delivers the data to its root and a header-only ACK to the others (or,
+where the root acknowledges its chunks, nothing, and the root's window ACK to them),
 Broadcast turns the root's chunk and the others' header-only JOINs into the root's chunk for
 everyone, Barrier turns JOINs into ACKs; retransmissions get the same answer again; packets
 that break the collective's rules are dropped as malformed and change no register."""
@@ -11,10 +12,10 @@ from p4sim import Switch
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
-from hosts.inc import (AGG_IP, AGG_MAC, COLL_BARRIER, COLL_BROADCAST, COLL_REDUCE, FLAG_EAGER, FLAG_OVERFLOW,
-                       FLAG_PARTIAL, FLAG_RESENT, INC_K,
-                       INC_PORT, OP_ACK, OP_CONTRIB, OP_JOIN, REDUCE_MAX, REDUCE_MIN, Inc, IncHeader,
-                       unpack_header)
+from hosts.inc import (AGG_IP, AGG_MAC, COLL_ALLREDUCE, COLL_BARRIER, COLL_BROADCAST, COLL_REDUCE, FLAG_EAGER,
+                       FLAG_OVERFLOW, FLAG_PARTIAL, FLAG_RESENT, FLAG_WINDOW_ACKS, INC_K,
+                       INC_PORT, OP_ACK, OP_CONTRIB, OP_JOIN, OP_WINDOW_ACK, REDUCE_MAX, REDUCE_MIN, Inc, IncHeader,
+                       unpack, unpack_header)
 from tests.hosts.conftest import counter, registers
 from tests.hosts.test_switch import JOB, check_result, contribution, send, sw  # noqa: F401 - sw is a fixture
 
@@ -67,7 +68,9 @@ def test_reduce_sends_the_result_to_the_root_and_acks_to_the_others(sw: Switch, 
             header = check_result(out, worker, reduce(data, axis=0).astype(np.int32))
         else:
             header = check_ack(out, worker)
-        assert (header.collective, header.root, header.seq, header.slot, header.flags) == (COLL_REDUCE, root, 3, 3, 0)
+        # The results of a flat job's Reduce say that this switch takes window ACKs.
+        assert (header.collective, header.root, header.seq, header.slot, header.flags) == \
+            (COLL_REDUCE, root, 3, 3, FLAG_WINDOW_ACKS)
     assert counter(sw, "MyIngress.results_multicast") == 1
 
 
@@ -77,9 +80,9 @@ def test_reduce_acks_carry_overflow_and_need_so_every_worker_sees_them(sw: Switc
     outs = dict(send(sw, contribution(2, [0] * INC_K, collective=COLL_REDUCE, root=2, need=1)))
     for worker in (0, 1):
         header = check_ack((JOB.hosts[worker].port, outs[JOB.hosts[worker].port]), worker)
-        assert header.flags == FLAG_OVERFLOW and header.need == 4
+        assert header.flags == FLAG_OVERFLOW | FLAG_WINDOW_ACKS and header.need == 4
     header = check_result((JOB.hosts[2].port, outs[JOB.hosts[2].port]), 2, np.full(INC_K, -2**31, np.int32))
-    assert header.flags == FLAG_OVERFLOW and header.need == 4
+    assert header.flags == FLAG_OVERFLOW | FLAG_WINDOW_ACKS and header.need == 4
 
 
 def test_reduce_retransmissions_get_an_ack_or_the_result_again(sw: Switch) -> None:
@@ -87,11 +90,61 @@ def test_reduce_retransmissions_get_an_ack_or_the_result_again(sw: Switch) -> No
     for w in range(N):
         send(sw, contribution(w, data[w], collective=COLL_REDUCE, root=1))
     ack = send(sw, contribution(0, data[0], collective=COLL_REDUCE, root=1))
-    assert len(ack) == 1 and check_ack(ack[0], 0).flags == FLAG_RESENT
+    assert len(ack) == 1 and check_ack(ack[0], 0).flags == FLAG_RESENT | FLAG_WINDOW_ACKS
     again = send(sw, contribution(1, data[1], collective=COLL_REDUCE, root=1))
     assert len(again) == 1
-    assert check_result(again[0], 1, np.sum(data, axis=0, dtype=np.int32)).flags == FLAG_RESENT
+    assert check_result(again[0], 1, np.sum(data, axis=0, dtype=np.int32)).flags == FLAG_RESENT | FLAG_WINDOW_ACKS
     assert counter(sw, "MyIngress.results_resent") == 2
+
+
+def window_ack(sender: int, codes: list[int], seq: int, **fields) -> tuple[int, bytes]:
+    """(ingress port, frame) of `sender`'s window ACK, as the root, for the len(codes) items before seq."""
+    fields = {"collective": COLL_REDUCE, "root": sender, "flags": FLAG_WINDOW_ACKS, **fields}
+    return contribution(sender, codes, opcode=OP_WINDOW_ACK, seq=seq, count=len(codes), **fields)
+
+
+def test_a_round_its_root_acknowledges_goes_to_the_root_alone(sw: Switch) -> None:
+    """FLAG_WINDOW_ACKS on the contributions: the result to the root, no ACK to the others; a
+    retransmission is still answered, to its sender alone."""
+    data = [np.full(INC_K, w + 1, np.int32) for w in range(N)]
+    outs = []
+    for w in range(N):
+        outs = send(sw, contribution(w, data[w], collective=COLL_REDUCE, root=2, flags=FLAG_WINDOW_ACKS, seq=5,
+                                     slot=1))
+    assert len(outs) == 1
+    header = check_result(outs[0], 2, np.sum(data, axis=0, dtype=np.int32))
+    assert (header.seq, header.flags) == (5, FLAG_WINDOW_ACKS)
+    assert counter(sw, "MyIngress.results_multicast") == 1
+    again = send(sw, contribution(0, data[0], collective=COLL_REDUCE, root=2, flags=FLAG_WINDOW_ACKS, seq=5,
+                                  slot=1))
+    assert len(again) == 1 and check_ack(again[0], 0).flags == FLAG_RESENT | FLAG_WINDOW_ACKS
+
+
+def test_a_roots_window_ack_goes_to_the_others_with_its_elements_and_touches_no_slot(sw: Switch) -> None:
+    before = registers(sw)
+    codes = [FLAG_OVERFLOW << 8 | 4, 0x20 << 8 | (-3 & 0xFF), 7]
+    outs = send(sw, window_ack(1, codes, seq=40))
+    assert sorted(p for p, _ in outs) == [JOB.hosts[w].port for w in range(N) if w != 1]
+    for port, frame in outs:
+        worker = port - 1
+        pkt = Ether(frame)
+        h = JOB.hosts[worker]
+        assert (pkt.src, pkt.dst, pkt[IP].src, pkt[IP].dst, pkt[UDP].dport) == \
+            (AGG_MAC, h.mac, AGG_IP, h.ip, h.udp_port)
+        assert (pkt[IP].len, pkt[UDP].len) == (20 + 8 + 16 + 4 * INC_K, 8 + 16 + 4 * INC_K)
+        header, elements = unpack(bytes(pkt[UDP].payload))
+        assert (header.opcode, header.worker_id, header.root, header.seq, header.count, header.collective) == \
+            (OP_WINDOW_ACK, worker, 1, 40, 3, COLL_REDUCE)
+        assert list(elements[:4]) == codes + [0]
+    assert registers(sw) == before
+    assert counter(sw, "MyIngress.results_multicast") == 0 and counter(sw, "MyIngress.malformed_drops") == 0
+
+
+@pytest.mark.parametrize("fields", [{"root": 2}, {"collective": COLL_ALLREDUCE}, {"flags": FLAG_PARTIAL}],
+                         ids=["not-the-root", "not-a-reduce", "partial"])
+def test_a_window_ack_that_is_not_a_roots_own_reduce_ack_is_malformed(sw: Switch, fields: dict) -> None:
+    assert send(sw, window_ack(1, [0], seq=9, **fields)) == []
+    assert counter(sw, "MyIngress.malformed_drops") == 1
 
 
 @pytest.mark.parametrize("root_position", range(N))

@@ -19,10 +19,11 @@ PROGRAM = Path(__file__).resolve().parents[2] / "p4src" / "allreduce.p4"
 
 # Every number both sides must know; each must be a constant of the program.
 SHARED = ("INC_PORT", "AGG_IP", "AGG_MAC", "INC_VERSION", "POOL_SIZE", "JOB_LEAF",
-          "OP_CONTRIB", "OP_RESULT", "OP_JOIN", "OP_ACK",
+          "OP_CONTRIB", "OP_RESULT", "OP_JOIN", "OP_ACK", "OP_WINDOW_ACK",
           "COLL_ALLREDUCE", "COLL_REDUCE", "COLL_BROADCAST", "COLL_BARRIER",
           "REDUCE_SUM", "REDUCE_MIN", "REDUCE_MAX",
-          "FLAG_OVERFLOW", "FLAG_RESENT", "FLAG_PARTIAL", "FLAG_RETRANSMIT", "FLAG_EAGER")
+          "FLAG_OVERFLOW", "FLAG_RESENT", "FLAG_PARTIAL", "FLAG_RETRANSMIT", "FLAG_EAGER",
+          "FLAG_WINDOW_ACKS")
 
 
 def program_constants(path: Path = PROGRAM) -> dict[str, int]:

@@ -8,10 +8,12 @@ import struct
 from dataclasses import dataclass
 
 from hosts.inc import (AGG_IP, COLL_ALLREDUCE, COLL_BARRIER, COLL_BROADCAST, COLL_REDUCE, FLAG_EAGER, FLAG_PARTIAL,
-                       HEADER_SIZE, INC_K, INC_PORT, INC_VERSION, OP_CONTRIB, OP_JOIN, POOL_SIZE, REDUCE_MAX, REDUCE_SUM)
+                       HEADER_SIZE, INC_K, INC_PORT, INC_VERSION, OP_CONTRIB, OP_JOIN, OP_WINDOW_ACK, POOL_SIZE,
+                       REDUCE_MAX, REDUCE_SUM)
 
 FORWARDED = "forwarded"       # ordinary traffic the switch forwards unchanged
 IN_SLOT = "in_slot"           # passed every check: contributions, duplicate, stale or resent
+WINDOW_ACK = "window_ack"     # a root's window ACK: to the job's other workers, no slot, no counter
 INC_IPV4_LEN = 20 + 8 + HEADER_SIZE + 4 * INC_K
 JOIN_IPV4_LEN = 20 + 8 + HEADER_SIZE
 _AGG_IP = bytes(int(b) for b in AGG_IP.split("."))
@@ -45,12 +47,14 @@ def expected_counter(frame: bytes, port: int, admitted: Admitted) -> str:
         return "bad_version_drops"
     opcode, reduce_op, collective, root = inc[0] & 0x0F, inc[14], inc[15] >> 5, inc[15] & 0x1F
     count_version_slot = int.from_bytes(inc[5:8], "big")       # count 12 bits, version 1, slot 11
-    if opcode not in (OP_CONTRIB, OP_JOIN) or not 1 <= count_version_slot >> 12 <= INC_K or reduce_op > REDUCE_MAX \
-            or collective > COLL_BARRIER:
+    window_ack = opcode == OP_WINDOW_ACK and collective == COLL_REDUCE and not inc[1] & FLAG_PARTIAL
+    if (opcode not in (OP_CONTRIB, OP_JOIN) and not window_ack) or not 1 <= count_version_slot >> 12 <= INC_K \
+            or reduce_op > REDUCE_MAX or collective > COLL_BARRIER:
         return "malformed_drops"
     job, worker, slot = struct.unpack_from("!H", inc, 2)[0], inc[4], count_version_slot & 0x7FF
     sends_data = collective in (COLL_ALLREDUCE, COLL_REDUCE) or (collective == COLL_BROADCAST and worker == root)
-    if sends_data != (opcode == OP_CONTRIB) or (collective >= COLL_BROADCAST and reduce_op != REDUCE_SUM):
+    if (not window_ack and sends_data != (opcode == OP_CONTRIB)) \
+            or (collective >= COLL_BROADCAST and reduce_op != REDUCE_SUM):
         return "malformed_drops"
     if inc[1] & FLAG_EAGER and (inc[1] & FLAG_PARTIAL or collective != COLL_BROADCAST):
         return "malformed_drops"       # an eager round is a Broadcast's, on one level
@@ -60,6 +64,8 @@ def expected_counter(frame: bytes, port: int, admitted: Admitted) -> str:
         return "malformed_drops"
     if (job, worker, port) not in admitted.workers:
         return "spoofed_worker_drops"
+    if window_ack:
+        return WINDOW_ACK if worker == root else "malformed_drops"
     slot_base, num_slots = admitted.jobs[job]
     if slot >= num_slots or slot_base + slot >= POOL_SIZE:
         return "slot_range_drops"

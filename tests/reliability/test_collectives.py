@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from p4sim import Switch
 
-from hosts.agent import IncOverflowError, JobConfig, Worker
+from hosts.agent import WINDOW_ACK_MIN_CHUNKS, IncOverflowError, JobConfig, Worker
 from hosts.inc import (COLL_BROADCAST, COLL_REDUCE, FLAG_EAGER, HEADER_SIZE, INC_K, OP_ACK, OP_CONTRIB, OP_JOIN,
                        OP_RESULT,
                        PAYLOAD_SIZE, IncHeader, unpack_header)
@@ -342,3 +342,37 @@ def test_switch_counters_equal_the_documented_packet_counts_in_a_lossless_run(sw
         assert counter(switch, f"MyIngress.{name_}") == 0
     for transport in transports:
         assert len(transport.received) == 1 + results
+
+
+@pytest.mark.parametrize("op, dtype", CASES, ids=[f"{op}-{d}" for op, d in CASES])
+def test_window_acks_keep_reduce_and_reduce_scatter_exact_under_loss(switch: Switch, op: str,
+                                                                      dtype: np.dtype) -> None:
+    """After a first Reduce has shown that the switch takes window ACKs (FLAG_WINDOW_ACKS), each
+    root acknowledges its chunks to the others itself (docs/protocol.md, "Window ACKs"): the
+    results stay exact under loss, duplication and reordering, and every worker sends or takes
+    window ACKs in every later call with WINDOW_ACK_MIN_CHUNKS chunks per root; a shorter one
+    keeps its per-chunk ACKs."""
+    part = WINDOW_ACK_MIN_CHUNKS * INC_K + 3        # a chunk more than the least a root needs
+    inputs = [inputs_for(dtype, N * part, seed=40 + i + dtype.itemsize) for i in range(3)]
+    short = inputs_for(dtype, (WINDOW_ACK_MIN_CHUNKS - 1) * INC_K, seed=44)
+
+    def body(w: Worker) -> list:
+        me = w.config.worker_id
+        out = []
+        for root, x in zip((0, 3, None, 1), [*inputs, short]):
+            got = w.reduce(x[me], root, op) if root is not None else w.reduce_scatter(x[me], op)
+            out.append((got, w.last_stats.window_acks))
+        return out
+
+    results, _ = run(switch, body)
+    for w, calls in enumerate(results):
+        assert not isinstance(calls, Exception), calls
+        (first, acks0), (second, acks1), (part_of_third, acks2), (fourth, acks3) = calls
+        assert (acks0, acks3) == (0, 0) and acks1 > 0 and acks2 > 0
+        if w == 0:
+            check_reduced(first, inputs[0], op)
+        if w == 3:
+            check_reduced(second, inputs[1], op)
+        if w == 1:
+            check_reduced(fourth, short, op)
+        check_reduced(part_of_third, [x[w * part:(w + 1) * part] for x in inputs[2]], op)

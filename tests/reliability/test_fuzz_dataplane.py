@@ -19,12 +19,12 @@ from scapy.layers.l2 import ARP, Ether
 from scapy.packet import Packet, fuzz
 from scapy.volatile import RandMAC
 
-from hosts.inc import AGG_IP, AGG_MAC, INC_K, INC_PORT, Inc
+from hosts.inc import AGG_IP, AGG_MAC, COLL_REDUCE, INC_K, INC_PORT, OP_WINDOW_ACK, Inc
 from hosts.inprocess import InProcessFabric
 from tests.hosts.conftest import Job, host, install_forwarding, install_job
 from tests.reliability.conftest import (HANG_GUARD_S, TappedSwitch, counter_deltas, counters, job_workers,
                                         run_workers)
-from tests.reliability.expected import FORWARDED, IN_SLOT, Admitted, expected_counter
+from tests.reliability.expected import FORWARDED, IN_SLOT, WINDOW_ACK, Admitted, expected_counter
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +51,14 @@ def contribution(rng: random.Random) -> Inc:
     """A well-formed contribution for a random job, worker, slot and seq."""
     return Inc(job_id=rng.choice([1, 2, 2, 3, 0xFFFF]), worker_id=rng.randrange(4),
                slot=rng.randrange(2 * FUZZ_JOB.num_slots), pool_version=rng.randrange(2),
+               seq=rng.randrange(2**32), elements=[rng.randrange(-2**31, 2**31) for _ in range(INC_K)])
+
+
+def window_ack(rng: random.Random) -> Inc:
+    """A root's window ACK for a random job, worker and root: the fuzzer's own are multicast."""
+    worker = rng.randrange(4)
+    return Inc(opcode=OP_WINDOW_ACK, collective=COLL_REDUCE, job_id=rng.choice([1, 2, 2, 3]), worker_id=worker,
+               root=rng.choice([worker, worker, rng.randrange(32)]), flags=rng.randrange(256),
                seq=rng.randrange(2**32), elements=[rng.randrange(-2**31, 2**31) for _ in range(INC_K)])
 
 
@@ -85,6 +93,7 @@ CATEGORIES = {
         / UDP(sport=rng.randrange(2**16), dport=(INC_PORT + rng.randrange(1, 2**16)) % 2**16)
         / contribution(rng))),
     "other jobs and slots": (3000, lambda rng: bytes(to_aggregator(contribution(rng)))),
+    "window ACKs": (1000, lambda rng: bytes(to_aggregator(window_ack(rng)))),
     "ordinary fuzz(Ether/IPv4/UDP)": (1500, lambda rng: bytes(fuzz(Ether(src=FUZZER.mac, dst=RandMAC())) / fuzz(IP())
                                                               / fuzz(UDP()))),
     "ordinary to hosts and ARP": (500, lambda rng: bytes(rng.choice([
@@ -152,7 +161,7 @@ def test_fuzzed_packets_during_an_allreduce_are_all_counted_and_the_sum_is_right
     worker_sends = sum(t.sends for _, t in workers)
     reached_slots = sum(deltas.get(n, 0) for n in ("contributions", "duplicate_drops", "stale_drops",
                                                    "results_resent")) - worker_sends
-    by_counter = {name: deltas.get(name, 0) for name in expected if name not in (FORWARDED, IN_SLOT)}
+    by_counter = {name: deltas.get(name, 0) for name in expected if name not in (FORWARDED, IN_SLOT, WINDOW_ACK)}
     forwarded = [out for (_, frame), out in zip(frames, tapped.outputs)
                  if expected_counter(frame, FUZZER.port, ADMITTED) == FORWARDED]
     log.info("injected %d fuzz frames (%d while the AllReduce ran) in %d categories: %s", len(frames), during,
@@ -168,7 +177,9 @@ def test_fuzzed_packets_during_an_allreduce_are_all_counted_and_the_sum_is_right
         outcome = expected_counter(frame, FUZZER.port, ADMITTED)
         if outcome == FORWARDED:
             assert out and all(data == frame for _, data in out)
+        elif outcome == WINDOW_ACK:      # to the fuzz job's other workers: it has none
+            assert out == []
         elif outcome.endswith("_drops"):
             assert out == []
-    # Every injected frame is one of: a drop counter, an ARP reply, forwarded, or in a slot.
-    assert sum(by_counter.values()) + reached_slots + len(forwarded) == len(frames)
+    # Every injected frame is one of: a drop counter, an ARP reply, forwarded, in a slot, or a window ACK.
+    assert sum(by_counter.values()) + reached_slots + len(forwarded) + expected[WINDOW_ACK] == len(frames)
