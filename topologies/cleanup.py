@@ -1,7 +1,9 @@
 """Find and remove what a fabric left behind: the processes recorded in `build/run/`
 (switch targets, Mininet node shells, host programs) and switch-side veths named in
-`build/topology.json`; then Mininet's own global cleanup (`mn -c`), but only when no other
-checkout's fabric is up (topologies.machine) or when asked. `make stop` runs this.
+`build/topology.json`, and the same for the fabrics the benches and demos build in folders of
+their own below it (`build/bench/`, `build/tp/`, ...); then Mininet's own global cleanup
+(`mn -c`), but only when no other checkout's fabric is up (topologies.machine) or when asked.
+`make stop` runs this.
 """
 from __future__ import annotations
 
@@ -21,8 +23,20 @@ log = logging.getLogger(__name__)
 MN_CLEAN_TIMEOUT_S = 120.0
 
 
+def fabric_dirs(build_dir: Path) -> list[Path]:
+    """`build_dir` and the folders below it that a bench or demo built a fabric in (`make bench`
+    uses build/bench, `make demo-tp` build/tp): each has its own run/ records."""
+    return [build_dir, *sorted(run.parent for run in build_dir.glob("*/run") if run.is_dir())]
+
+
 def clean(build_dir: Path) -> list[str]:
-    """End recorded processes and delete leftover switch veths; return what was removed."""
+    """End recorded processes and delete leftover switch veths, of `build_dir`'s fabric and of
+    those below it; return what was removed."""
+    return [what for d in fabric_dirs(build_dir) for what in clean_one(d)]
+
+
+def clean_one(build_dir: Path) -> list[str]:
+    """End the processes recorded in build_dir/run and delete the fabric's leftover switch veths."""
     removed = []
     # Host programs first, then switch targets, then the node shells that hold the namespaces.
     records = sorted(recorded(build_dir / "run"), key=lambda r: ("mininet:" in r.marker, r.path.name))
@@ -68,7 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m topologies.cleanup",
         description="Stop every switch, Mininet node shell and host program that a p4inc fabric "
-                    "recorded in BUILD/run/, and delete the switch veths named in BUILD/topology.json; "
+                    "recorded in BUILD/run/ (or in BUILD/*/run/: the benches' and demos' fabrics), and delete "
+                    "the switch veths named in the topology.json beside it; "
                     "then run Mininet's global cleanup (mn -c) unless another checkout's fabric is up "
                     f"(the holder of {machine.FABRIC_LOCK}) or left processes running. Notes what it "
                     f"did in {machine.TEARDOWN_LOG}, so a fabric it tore down can say who did.")
