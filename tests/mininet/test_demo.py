@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from protocol import RECOMMENDED_ELEMENTS_PER_PACKET
 from topologies.pieces import job_elements_per_packet
 from topologies.spec import Topology
 from topologies.switches import REPO_ROOT
@@ -37,7 +38,7 @@ def test_make_demo_sums_a_mebibyte_like_numpy(tmp_path, variables, fabric_slot_f
     resent, delivered = map(int, RESENT.search(out).groups())
     topology = tmp_path / "topology.json"       # K: the target's recommended one, as the controller recorded it
     k = job_elements_per_packet(topology, Topology.load(topology).jobs[0].job_id)
-    assert k == 256
+    assert k == RECOMMENDED_ELEMENTS_PER_PACKET["p4sim"]
     assert delivered >= 262144 // k * 4           # every chunk's result reached all 4 workers
     assert resent <= 0.1 * delivered, out
     if variables:
