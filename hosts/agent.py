@@ -417,23 +417,29 @@ class Worker:
         self._window_acks = self._window_acks or (self.config.window_acks and header.collective == COLL_REDUCE
                                                   and bool(header.flags & FLAG_WINDOW_ACKS))
         self._live_since = min(self._live_since, now)
+        self._answer(item, call, header.flags, header.need, data if header.opcode == OP_RESULT else None, now)
+        if call.window_acks and call.root_of(item.chunk) == self.config.worker_id:
+            call.owned_results[item.index] = WINDOW_ACK_ANSWERED | header.flags << 8 | header.need & 0xFF
+        return item
+
+    def _answer(self, item: _Item, call: "_Call", flags: int, need: int, payload: bytes | None,
+                now: float) -> None:
+        """Item `item` has its answer (a result, an ACK, or a root's window ACK for it): time its
+        round trip where that is sound, open the window, record it in `call`."""
         # Karn: a retransmitted chunk's answer may be to either copy; a round that waited for
         # some worker's retransmission timed that worker's timer, not the path; and a chunk sent
         # before the job's first result timed the slowest peer's start-up (processes started
         # together begin up to 0.5 s apart on 2 loaded cores), which would set every early
         # starter's RTO to seconds for as long as the call lasts.
         # A silent item's wait timed its root's lateness, not a round trip.
-        if (item.sends == 1 and not header.flags & FLAG_RETRANSMIT and item.first_sent >= self._live_since
+        if (item.sends == 1 and not flags & FLAG_RETRANSMIT and item.first_sent >= self._live_since
                 and not call.silent(item.index)):
             self.rto.sample(now - item.first_sent)
         self.cwnd.on_ack(item.seq)
         if not call.stats.results:
             call.stats.first_result_s = now - call.first_sent
         call.stats.results += 1
-        call.record(item, header.flags, header.need, data if header.opcode == OP_RESULT else None)
-        if call.window_acks and call.root_of(item.chunk) == self.config.worker_id:
-            call.owned_results[item.index] = WINDOW_ACK_ANSWERED | header.flags << 8 | header.need & 0xFF
-        return item
+        call.record(item, flags, need, payload)
 
     def _accept_window_ack(self, header: IncHeader, data: bytes, in_flight: dict[int, _Item],
                            call: "_Call") -> _Item | None:
@@ -450,16 +456,9 @@ class Worker:
             if item is None or not code & WINDOW_ACK_ANSWERED or call.root_of(item.chunk) != header.root:
                 continue
             del in_flight[item.seq & 0xFFFFFFFF]
-            flags, need = code >> 8 & 0xFF, (code & 0xFF) - ((code & 0x80) << 1)
             # The round trip now ends at the root's window ACK, and the RTO must cover it (as
-            # TCP's covers a delayed ack); Karn and the rest as in _accept.
-            if item.sends == 1 and not flags & FLAG_RETRANSMIT and item.first_sent >= self._live_since:
-                self.rto.sample(now - item.first_sent)
-            self.cwnd.on_ack(item.seq)
-            if not call.stats.results:
-                call.stats.first_result_s = now - call.first_sent
-            call.stats.results += 1
-            call.record(item, flags, need, None)
+            # TCP's covers a delayed ack).
+            self._answer(item, call, code >> 8 & 0xFF, (code & 0xFF) - ((code & 0x80) << 1), None, now)
             last = item
         call.stats.window_acks += 1
         return last

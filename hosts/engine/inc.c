@@ -322,6 +322,25 @@ static void keep_early(call_t *t, const inc_header *h, const uint8_t *data, int 
     }
 }
 
+/* hosts/agent.py Worker._answer: an item has its answer (a result, an ACK, or a root's window
+   ACK for it): time its round trip where that is sound, open the window, record it. Karn, a
+   round that waited for a retransmission, items sent before the job's first result (their wait
+   timed the slowest peer's start-up) and silent items (their wait timed their root's lateness)
+   give no round-trip sample. */
+static void answer(call_t *t, item_t *it, int flags, int need, const uint8_t *payload, double now)
+{
+    inc_engine *e = t->e;
+    if (it->sends == 1 && !(flags & FLAG_RETRANSMIT) && it->first_sent >= e->live_since && !silent(t, it->index))
+        rto_sample(&e->rto, now - it->first_sent);
+    cwnd_on_ack(&e->cwnd, it->seq);
+    if (!t->c->stats.results) {
+        t->c->stats.first_result_s = now - t->first_sent;
+        t->c->stats.has_first_result = 1;
+    }
+    t->c->stats.results++;
+    record(t, it, flags, need, payload);
+}
+
 /* hosts/agent.py Worker._accept_window_ack: a root's window ACK answers those of its items among
    the `count` up to seq that it says have their results, each as an ACK with that result's flags
    and need would answer it. Returns the last it answered. */
@@ -342,18 +361,9 @@ static item_t *take_window_ack(call_t *t, const inc_header *h, const uint8_t *da
                 || root_of(t, it->chunk) != h->root)
             continue;
         t->in_flight--;
-        int flags = (int)(code >> 8 & 0xFF);
         /* The round trip now ends at the root's window ACK, and the RTO must cover it (as TCP's
-           covers a delayed ack); Karn and the rest as in take_result. */
-        if (it->sends == 1 && !(flags & FLAG_RETRANSMIT) && it->first_sent >= e->live_since)
-            rto_sample(&e->rto, now - it->first_sent);
-        cwnd_on_ack(&e->cwnd, it->seq);
-        if (!stats->results) {
-            stats->first_result_s = now - t->first_sent;
-            stats->has_first_result = 1;
-        }
-        stats->results++;
-        record(t, it, flags, (int8_t)(code & 0xFF), NULL);
+           covers a delayed ack). */
+        answer(t, it, (int)(code >> 8 & 0xFF), (int8_t)(code & 0xFF), NULL, now);
         last = it;
     }
     stats->window_acks++;
@@ -427,18 +437,7 @@ static item_t *take_result(call_t *t, const uint8_t *data, int len)
         e->eager = 1;
     if ((h.flags & FLAG_WINDOW_ACKS) && h.collective == COLL_REDUCE && e->window_acks)
         e->takes_window_acks = 1;
-    /* Karn, a round that waited for a retransmission, and items sent before the job's first
-       result (their wait timed the slowest peer's start-up): no round-trip sample. */
-    if (it->sends == 1 && !(h.flags & FLAG_RETRANSMIT) && it->first_sent >= e->live_since
-            && !silent(t, it->index))       /* a silent item's wait timed its root's lateness */
-        rto_sample(&e->rto, now - it->first_sent);
-    cwnd_on_ack(&e->cwnd, it->seq);
-    if (!t->c->stats.results) {
-        t->c->stats.first_result_s = now - t->first_sent;
-        t->c->stats.has_first_result = 1;
-    }
-    t->c->stats.results++;
-    record(t, it, h.flags, h.need, h.opcode == OP_RESULT ? data : NULL);
+    answer(t, it, h.flags, h.need, h.opcode == OP_RESULT ? data : NULL, now);
     if (t->window_acks && root_of(t, it->chunk) == e->worker_id) {   /* the others learn it from me */
         if (!t->owned_count || it->index < t->owned_from)
             t->owned_from = it->index;
