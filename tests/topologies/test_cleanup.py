@@ -3,17 +3,28 @@ benches' and demos' fabrics below the build folder included (an interrupted `mak
 records its switch in build/tp/run). Uses a stand-in process in tmp_path, never a fabric."""
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from topologies.cleanup import clean, fabric_dirs
-from topologies.procs import record
+from topologies.procs import record, running
 
 MARKER = "p4inc-cleanup-test-stand-in"
 
 
 def stand_in() -> subprocess.Popen:
-    """A process whose command line carries MARKER, as a recorded switch's carries its own."""
-    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", MARKER])
+    """A process whose command line carries MARKER, as a recorded switch's carries its own. Waits
+    until it does: on a busy machine the child can still be pytest's fork, not yet exec'd, and
+    clean() rightly leaves a pid alone whose command line lacks the marker."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", MARKER])
+    deadline = time.monotonic() + 30
+    while not running(proc.pid, MARKER):
+        if time.monotonic() > deadline:
+            proc.kill()
+            proc.wait()
+            raise AssertionError("the stand-in never showed its marker")
+        time.sleep(0.01)
+    return proc
 
 
 def test_a_demos_fabric_below_the_build_folder_is_stopped_too(tmp_path: Path) -> None:
