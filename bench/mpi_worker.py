@@ -7,8 +7,8 @@ rank blocked in a collective spins, and N spinning ranks between MPI trials woul
 2 cores from the switch and the INC and ring workers in theirs. They wait in a blocking read
 of a FIFO that rank 0 writes a byte to (a `Doorbell`), not by polling MPI: looking every
 0.5 ms from 7 ranks slowed the INC trials between MPI's by 16-30%. Every rank runs a barrier and one timed
-`Allreduce`, waits for the others (a barrier: a check must not take a core from a rank still
-in its call), checks its sum against numpy, and rank 0 answers with every rank's start and
+`Allreduce`, sleeps `SETTLE_S` and waits for the others (a barrier: a check must not take a
+core from a rank still in its call), checks its sum against numpy, and rank 0 answers with every rank's start and
 end (CLOCK_MONOTONIC, shared by all namespaces of the machine) on one JSON line.
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-from bench.worker import sum_is_right
+from bench.worker import SETTLE_S, sum_is_right
 from hosts.worker import generated_tensor
 
 TRIAL_TAG = 1
@@ -80,6 +80,7 @@ def run_trial(comm: MPI.Comm, trial: dict) -> dict:
     comm.Allreduce(tensor, result, op=MPI.SUM)
     end = time.perf_counter()
     cpu = time.process_time() - cpu
+    time.sleep(SETTLE_S)        # as bench.worker's: an early finisher leaves the cores to the others
     comm.Barrier()
     ok = sum_is_right(result, trial, comm.size)
     return {"ok": ok, "start": start, "end": end, "cpu_s": cpu,

@@ -28,6 +28,11 @@ from bench import calls
 
 log = logging.getLogger("bench.worker")
 PROBE_TIMEOUT_S = 1.0        # a probe's answer comes in well under a millisecond; no answer is an error
+# After its timed call a worker (an MPI rank too) sleeps this long before the closing barrier.
+# The cores are shared: an early finisher's barrier (a send, the switch woken, a wait) would
+# otherwise take a core from the workers still waiting for their result, a cost that no host
+# with a core per rank pays. Longer than the spread of the ends of a small call at N = 8.
+SETTLE_S = 0.002
 
 
 def run_trial(trial: dict, rank: int, workers: int, inc: Worker, ring: RingWorker) -> dict:
@@ -47,15 +52,16 @@ def run_trial(trial: dict, rank: int, workers: int, inc: Worker, ring: RingWorke
         result = calls.call(trial["collective"], agent, tensor)
         end = time.perf_counter()
         cpu = time.process_time() - cpu
-        stats = call_stats(agent)       # the timed call's, before the closing barrier's
-        # Early finishers wait here for the last one: their check and reply must not take the
-        # CPU from workers still in the call (the cores are shared).
+        stats = getattr(agent, "last_stats", None)       # the timed call's, before the closing barrier's
+        # Early finishers wait for the last one here: their check, their reply, even copying
+        # their stats (23 us) must not take a core from workers still in the call.
+        time.sleep(SETTLE_S)
         inc.allreduce(np.zeros(1, np.int32))
     except IncError as err:
         return {"ok": False, "error": f"{type(err).__name__}: {err}"}
     ok = calls.is_right(result, trial, rank, workers, inc.config.elements_per_packet)
     return {"ok": ok, "start": start, "end": end, "cpu_s": cpu, "error": None if ok else "result differs from numpy",
-            "stats": stats}
+            "stats": as_dict(stats)}
 
 
 def probe_round_trip(inc: Worker, probing: bool, timeout: float = PROBE_TIMEOUT_S) -> dict:
@@ -89,9 +95,8 @@ def probe_round_trip(inc: Worker, probing: bool, timeout: float = PROBE_TIMEOUT_
     return {"ok": False, "error": f"no answer to a probe of seq {seq} within {timeout:g} s"}
 
 
-def call_stats(agent: Worker | RingWorker) -> dict:
-    """What the agent timed and counted in its last call (`last_stats`, a dataclass), if it does."""
-    stats = getattr(agent, "last_stats", None)
+def as_dict(stats: object) -> dict:
+    """What an agent timed and counted in a call (its `last_stats`, a dataclass), if it does."""
     return dataclasses.asdict(stats) if dataclasses.is_dataclass(stats) else {}
 
 
