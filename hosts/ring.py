@@ -2,8 +2,9 @@
 all-gather, 2(N-1) steps) over UDP between hosts, with the INC packet format and the same
 K-element chunks. Its transport is the best reliable one we could give it: a window of
 chunks in flight, delayed cumulative acks with a selective-ack bitmap (one ack per several
-chunks, as TCP does), fast retransmission of a hole, and the INC agent's measured
-retransmission timeout and congestion window (hosts/pacing.py); the switch only forwards.
+chunks, as TCP does, and at once for the chunk that fills the sender's window), fast
+retransmission of a hole, and the INC agent's measured retransmission timeout and congestion
+window (hosts/pacing.py); the switch only forwards.
 The same ring gives the baselines of the switch's other collectives: ReduceScatter and
 AllGather are its two halves, Broadcast and Reduce pipelines along it, Barrier a one-element
 AllReduce. Like the INC agent, on a kernel UDP socket it runs in the compiled engine
@@ -24,8 +25,8 @@ import numpy as np
 from hosts import engine, numerics
 from hosts.agent import IncTimeoutError
 from hosts.engine import DEFAULT_SPIN
-from hosts.inc import (INC_K, MAX_WORKERS, OP_RING, OP_RING_ACK, IncFormatError, IncHeader, check_elements_per_packet,
-                       pack, unpack)
+from hosts.inc import (FLAG_ACK_NOW, INC_K, MAX_WORKERS, OP_RING, OP_RING_ACK, IncFormatError, IncHeader,
+                       check_elements_per_packet, pack, unpack)
 from hosts.pacing import CongestionWindow, RtoEstimator
 from hosts.transport import PeerTransport, UdpPeerTransport
 
@@ -320,8 +321,11 @@ class RingWorker:
                 self._wait(self._cv, lambda: len(self._unacked) < self.cwnd.allowed, "acks from", nxt)
                 seq = self._send_next
                 self._send_next += 1
+                # The chunk that fills the window asks for its ack now (engine/ring.c, send_rows).
+                ack_now = len(self._unacked) + 1 >= self.cwnd.allowed
                 payload = pack(IncHeader(opcode=OP_RING, job_id=cfg.job_id, worker_id=cfg.rank,
-                                         count=cfg.elements_per_packet, slot=0, pool_version=0, seq=seq),
+                                         count=cfg.elements_per_packet, slot=0, pool_version=0, seq=seq,
+                                         flags=FLAG_ACK_NOW if ack_now else 0),
                                row.view(np.int32), cfg.elements_per_packet)
                 now = time.monotonic()
                 self._unacked[seq] = _Unacked(payload, now, now + self.rto.rto)
@@ -386,7 +390,8 @@ class RingWorker:
 
     def _handle(self, data: bytes, prev: int, nxt: int) -> None:
         """Acks release chunks; data is kept, and acknowledged now if it was out of order or
-        a duplicate (the sender may be missing an ack), else with the next delayed ack."""
+        a duplicate (the sender may be missing an ack) or asks for it (it filled the sender's
+        window), else with the next delayed ack."""
         try:
             header, elements = unpack(data, self.config.elements_per_packet)
         except IncFormatError as e:
@@ -415,7 +420,7 @@ class RingWorker:
             if in_order:
                 self._ack_pending += 1
                 self._ack_due = min(self._ack_due, time.monotonic() + self.config.ack_delay_s)
-            now = not in_order or self._ack_pending >= self.config.chunks_per_ack
+            now = not in_order or self._ack_pending >= self.config.chunks_per_ack or bool(header.flags & FLAG_ACK_NOW)
         if now:
             self._ack(prev)
 

@@ -56,6 +56,8 @@ FLAG_EAGER = 0x10                # a Broadcast chunk the root's data completes a
                                  # Broadcast or Barrier result: the switch runs such rounds
 FLAG_WINDOW_ACKS = 0x20          # a Reduce chunk whose root acknowledges it to the others in an
                                  # OP_WINDOW_ACK; on a flat job's Reduce result: the switch takes them
+FLAG_ACK_NOW = 0x40              # the ring baseline's, host to host: a chunk that fills its sender's
+                                 # window, so the receiver acknowledges it at once, not delayed
 
 # Sizes. A packet is Ethernet / IPv4 (no options) / UDP / the INC header / K int32 elements.
 # K, the elements per packet, is a build parameter of allreduce.p4 (INC_K, a multiple of 32) and so

@@ -35,7 +35,7 @@ DTYPES = {np.dtype(np.int32): 0, np.dtype(np.float32): 1, np.dtype(np.float16): 
 DEFINES = {"INC_VERSION": protocol.INC_VERSION, "INC_HEADER_SIZE": protocol.HEADER_SIZE,
            **{name: getattr(protocol, name) for name in (
                "OP_CONTRIB", "OP_RESULT", "OP_RING", "OP_RING_ACK", "OP_JOIN", "OP_ACK", "OP_WINDOW_ACK", "WINDOW_ACK_ANSWERED", "FLAG_OVERFLOW",
-               "FLAG_RETRANSMIT", "FLAG_EAGER", "FLAG_WINDOW_ACKS", "COLL_REDUCE", "COLL_BROADCAST",
+               "FLAG_RETRANSMIT", "FLAG_EAGER", "FLAG_WINDOW_ACKS", "FLAG_ACK_NOW", "COLL_REDUCE", "COLL_BROADCAST",
                "COLL_BARRIER")},
            **{name: getattr(quantize, name) for name in ("EXPONENT_MIN", "EXPONENT_MAX", "WIRE_BITS", "KEPT_BASES")}}
 

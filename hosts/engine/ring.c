@@ -124,8 +124,9 @@ static void send_ack(ring_engine *r)
 }
 
 /* A chunk from the previous rank: kept, and acknowledged now if it was out of order or a
-   duplicate (the sender may be missing an ack), else with the next delayed ack. */
-static void take_chunk(ring_engine *r, int64_t seq, const uint8_t *elements)
+   duplicate (the sender may be missing an ack) or asks for it (it filled the sender's window),
+   else with the next delayed ack. */
+static void take_chunk(ring_engine *r, int64_t seq, int flags, const uint8_t *elements)
 {
     int in_order = seq == r->cumulative;
     int fresh = in_order || (seq > r->cumulative && !is_present(r, seq));
@@ -145,7 +146,7 @@ static void take_chunk(ring_engine *r, int64_t seq, const uint8_t *elements)
         r->ack_pending++;
         r->ack_due = fmin(r->ack_due, eng_now() + r->cfg.ack_delay);
     }
-    if (!in_order || r->ack_pending >= r->cfg.chunks_per_ack)
+    if (!in_order || r->ack_pending >= r->cfg.chunks_per_ack || (flags & FLAG_ACK_NOW))
         send_ack(r);
 }
 
@@ -221,7 +222,7 @@ static void take_datagram(ring_engine *r, const uint8_t *data, int len)
     if (h.opcode == OP_RING_ACK)
         take_ack(r, h.seq, data + INC_HEADER_SIZE);
     else if (h.opcode == OP_RING && h.worker_id == r->prev)
-        take_chunk(r, h.seq, data + INC_HEADER_SIZE);
+        take_chunk(r, h.seq, h.flags, data + INC_HEADER_SIZE);
 }
 
 /* The delayed ack if due; chunks whose timer expired (one backoff and window cut for all of
@@ -349,8 +350,12 @@ static int send_rows(ring_engine *r, ring_call *c, const int32_t *rows, int64_t 
         unacked_t *u = &r->unacked[r->unacked_count++];
         u->payload = r->free_payloads[--r->free_count];
         u->seq = r->send_next++;
-        inc_header h = {.opcode = OP_RING, .job_id = r->cfg.job_id, .worker_id = r->cfg.rank, .count = (int)k,
-                        .seq = (uint32_t)u->seq};
+        /* The chunk that fills the window asks for its ack now: the sender waits for it, and a
+           receiver that waited for chunks_per_ack in-order chunks or its ack delay would stall
+           every window below chunks_per_ack (after a cut) on that delay. */
+        int ack_now = r->unacked_count >= cwnd_allowed(&r->cwnd);
+        inc_header h = {.opcode = OP_RING, .flags = ack_now ? FLAG_ACK_NOW : 0, .job_id = r->cfg.job_id,
+                        .worker_id = r->cfg.rank, .count = (int)k, .seq = (uint32_t)u->seq};
         header_pack(&h, u->payload);
         for (int64_t j = 0; j < k; j++)
             put_be32(u->payload + INC_HEADER_SIZE + 4 * j, (uint32_t)rows[i * k + j]);

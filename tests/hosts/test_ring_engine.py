@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 import socket
+import time
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
@@ -15,7 +16,7 @@ import pytest
 
 from hosts import engine
 from hosts.agent import IncTimeoutError
-from hosts.inc import HEADER_SIZE, INC_K, OP_RING, unpack_header
+from hosts.inc import FLAG_ACK_NOW, HEADER_SIZE, INC_K, OP_RING, unpack_header
 from hosts.ring import RingConfig, RingWorker
 from hosts.transport import UdpPeerTransport
 
@@ -25,7 +26,8 @@ Call = Callable[[RingWorker, int], Any]
 
 class LossyRelay:
     """Stands in for each rank's address: what reaches relay r goes on to rank r, or is lost,
-    or goes twice; `data[r]` records the data packets rank r sent (seq -> payload)."""
+    or goes twice; `data[r]` records the data packets rank r sent (seq -> payload), without
+    FLAG_ACK_NOW: whether a chunk filled its sender's window depends on when acks came."""
 
     def __init__(self, targets: list[tuple[str, int]], loss: float, duplicate: float, seed: int) -> None:
         self.targets = targets
@@ -51,7 +53,8 @@ class LossyRelay:
                 continue
             header = unpack_header(payload, (len(payload) - HEADER_SIZE) // 4)
             if header.opcode == OP_RING:
-                if self.data[header.worker_id].setdefault(header.seq, payload) != payload:
+                data = payload[:1] + bytes((payload[1] & ~FLAG_ACK_NOW,)) + payload[2:]
+                if self.data[header.worker_id].setdefault(header.seq, data) != data:
                     self.conflicts.append(f"rank {header.worker_id} sent seq {header.seq} twice, differently")
             if self.rng.random() < self.loss:
                 continue
@@ -159,3 +162,18 @@ def test_a_c_ring_rank_without_its_neighbour_times_out_with_a_clear_error(compil
     finally:
         worker.close(linger=0)
         socks[1].close()
+
+
+@pytest.mark.parametrize("engines", [["python"] * 2, ["c"] * 2])
+def test_a_window_under_the_ack_batch_never_waits_out_the_ack_delay(compiled: None, engines: list[str]) -> None:
+    """A window (4) below the in-order chunks per ack (64), as after a cut: the chunk that fills
+    it asks for its ack now (FLAG_ACK_NOW). Without that, each of the call's 10 windows a rank
+    sends would wait out the 2 s ack delay: 20 s, where the call takes milliseconds."""
+    xs = [np.arange(40 * INC_K, dtype=np.int32) * (r + 1) for r in range(2)]
+    start = time.monotonic()
+    results, _, _ = run_ring(engines, [lambda w, r: w.allreduce(xs[r])], window=4, ack_every=64, ack_delay=2.0,
+                             timeout=5.0, max_rto=10.0)
+    took = time.monotonic() - start
+    for out in results[0]:
+        np.testing.assert_array_equal(out, xs[0] + xs[1])
+    assert took < 10.0, f"the call took {took:.1f} s: its windows waited for delayed acks"
