@@ -273,12 +273,12 @@ static void kick(int fd)
         ;
 }
 
-/* Read what has come (waiting up to `timeout`, the first `spin` seconds awake) and take it;
-   the lock is held on entry and exit, not during the wait. */
-static void receive(ring_engine *r, recv_batch *in, double timeout, int wake_fd, double spin)
+/* Read what has come (waiting up to `timeout`, the first `spin` seconds awake; `many`: as
+   recv_some's) and take it; the lock is held on entry and exit, not during the wait. */
+static void receive(ring_engine *r, recv_batch *in, double timeout, int wake_fd, double spin, int many)
 {
     pthread_mutex_unlock(&r->mu);
-    int got = recv_some(in, r->cfg.fd, timeout, wake_fd, 0, spin);
+    int got = recv_some(in, r->cfg.fd, timeout, wake_fd, 0, spin, many);
     pthread_mutex_lock(&r->mu);
     for (int i = 0; i < got; i++) {
         int len;
@@ -301,7 +301,7 @@ static void *serve(void *arg)
             continue;
         }
         double wake = service(r);
-        receive(r, &r->service_in, fmax(0.0, wake - eng_now()), r->service_fd, 0.0);
+        receive(r, &r->service_in, fmax(0.0, wake - eng_now()), r->service_fd, 0.0, 0);
         drain(r->service_fd);
     }
     pthread_mutex_unlock(&r->mu);
@@ -322,7 +322,9 @@ static int wait_until(ring_engine *r, ring_call *c, int for_acks, int64_t want_s
             return 1;
         double wake = service(r);
         double now = eng_now();
-        receive(r, &r->in, fmax(0.0, fmin(wake, since + limit) - now), r->call_fd, r->cfg.spin);
+        /* What the call waits for: acks of a full window, or the chunks still to come. */
+        int64_t due = for_acks ? r->unacked_count : want_seq - r->cumulative;
+        receive(r, &r->in, fmax(0.0, fmin(wake, since + limit) - now), r->call_fd, r->cfg.spin, due >= COALESCE_MIN);
         drain(r->call_fd);
         now = eng_now();
         if (r->cumulative != seen[0] || r->stored != seen[1] || r->unacked_count != seen[2]) {
