@@ -8,8 +8,9 @@ rank blocked in a collective spins, and N spinning ranks between MPI trials woul
 of a FIFO that rank 0 writes a byte to (a `Doorbell`), not by polling MPI: looking every
 0.5 ms from 7 ranks slowed the INC trials between MPI's by 16-30%. Every rank runs a barrier and one timed
 `Allreduce`, sleeps `SETTLE_S` and waits for the others (a barrier: a check must not take a
-core from a rank still in its call), checks its sum against numpy, and rank 0 answers with every rank's start and
-end (CLOCK_MONOTONIC, shared by all namespaces of the machine) on one JSON line.
+core from a rank still in its call), checks its sum against numpy, and rank 0 answers with
+every rank's start and end (CLOCK_MONOTONIC, shared by all namespaces of the machine) on one
+JSON line.
 """
 from __future__ import annotations
 

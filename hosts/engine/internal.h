@@ -20,8 +20,8 @@
 #define BATCH 64                     /* datagrams per sendmmsg / recvmmsg */
 #define SEND_PATIENCE_S 0.05         /* hosts/transport.py: a refused send waits this long, then is lost */
 /* A sleeping rank that awaits at least COALESCE_MIN datagrams naps COALESCE_S before it reads
-   (recv_some): N = 8 ranks on 2 cores, 1-4 MiB AllReduce 8-25% faster with 10% less CPU
-   (docs/measurements.md, "Tried in the ninth round"). Timing only, never what is sent. */
+   (recv_some): N = 4 and 8 ranks on 2 cores, 1-4 MiB AllReduce 15-29% faster with 13-23% less
+   CPU (docs/measurements.md, "Tried in the ninth round"). Timing only, never what is sent. */
 #define COALESCE_S 300e-6
 #define COALESCE_MIN 16
 
