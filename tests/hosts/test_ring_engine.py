@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import random
 import socket
-import time
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
