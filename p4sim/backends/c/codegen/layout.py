@@ -190,9 +190,18 @@ class LayoutGen(CodeGen):
 
     @staticmethod
     def write_bytes(fields: list, nbytes: int, dst: str) -> list[str]:
-        """Each byte as the OR of the fields' bits in it (field values are within their width)."""
+        """Each byte as the OR of the fields' bits in it (field values are within their width);
+        a field of 16, 32 or 64 bits that starts a byte is stored whole (p4s_put_be)."""
         lines = []
-        for b in range(nbytes):
+        whole = {off // 8: (f, ft, field_width(ft)) for f, ft, off in fields
+                 if off % 8 == 0 and field_width(ft) in (16, 32, 64) and off // 8 + field_width(ft) // 8 <= nbytes}
+        b = 0
+        while b < nbytes:
+            if b in whole:
+                f, ft, w = whole[b]
+                lines.append(f"    p4s_put_be{w}({dst} + {b}, {field_value('h', f, ft)[0]});")
+                b += w // 8
+                continue
             parts = []
             for f, ft, off in fields:
                 w = field_width(ft)
@@ -203,6 +212,7 @@ class LayoutGen(CodeGen):
                 parts.append(f"(uint8_t)({v} >> {s})" if s > 0 else f"(uint8_t)({v} << {-s})" if s < 0
                              else f"(uint8_t)({v})")
             lines.append(f"    {dst}[{b}] = {' | '.join(parts) if parts else '0'};")
+            b += 1
         return lines
 
     def pack_fn(self, t: StructType) -> str:

@@ -88,11 +88,44 @@ typedef struct p4s_pkt {
     uint32_t len, off;
 } p4s_pkt;
 
-/* Big-endian reads of 1 to 16 bytes. */
+/* Big-endian reads of 1 to 16 bytes. n is a constant where a header's field is extracted, and
+ * gcc leaves the byte loop a loop: whole words get one load and a byte swap instead. */
 static inline uint64_t p4s_be(const uint8_t *d, unsigned n) {
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    uint16_t h;
+    uint32_t w;
+    uint64_t q;
+    switch (n) {
+    case 2: memcpy(&h, d, 2); return __builtin_bswap16(h);
+    case 4: memcpy(&w, d, 4); return __builtin_bswap32(w);
+    case 8: memcpy(&q, d, 8); return __builtin_bswap64(q);
+    default: break;
+    }
+#endif
     uint64_t v = 0;
     for (unsigned i = 0; i < n; i++) v = (v << 8) | d[i];
     return v;
+}
+/* Big-endian writes of a whole 16, 32 or 64-bit field (the deparser's common case). */
+static inline void p4s_put_be16(uint8_t *d, uint64_t v) {
+    uint16_t x = (uint16_t)v;
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    x = __builtin_bswap16(x);
+#endif
+    memcpy(d, &x, 2);
+}
+static inline void p4s_put_be32(uint8_t *d, uint64_t v) {
+    uint32_t x = (uint32_t)v;
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    x = __builtin_bswap32(x);
+#endif
+    memcpy(d, &x, 4);
+}
+static inline void p4s_put_be64(uint8_t *d, uint64_t v) {
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    v = __builtin_bswap64(v);
+#endif
+    memcpy(d, &v, 8);
 }
 static inline u128 p4s_be128(const uint8_t *d, unsigned n) {
     u128 v = 0;
