@@ -255,7 +255,6 @@ struct metadata_t {
     bit<8>  flags;
     bit<8>  need;
     bit<8>  needed;          // contributions that complete the round: num_workers, or 1 (FLAG_EAGER)
-    bit<32> overflow_bits;   // bit 31 set if any element's signed add overflowed
     // for egress
     bit<9>  ingress_port;
     bool    flooded;         // prune the ingress port from the flood group
@@ -497,31 +496,31 @@ control MyIngress(inout headers_t hdr,
     // Signed overflow of s = a + b: a and b have the same sign and s the other one,
     // i.e. bit 31 of (a ^ s) & (b ^ s). For min and max the contribution is kept where
     // it is below (min) or not below (max) the stored value; they cannot overflow.
-    // The packet is left holding the partial result.
+    // The packet is left holding the partial result. The op's tests, the slot's base and the
+    // overflow bits are locals across the elements, which a target keeps in registers.
 #define ADD_ELEMENT(b, f)                                                      \
         value = hdr.blocks[b].e##f;                                            \
-        slot_values.read(stored, meta.value_base + 32 * (b) + f);              \
+        slot_values.read(stored, base + 32 * (b) + f);                         \
         sum = stored + value;                                                  \
-        meta.overflow_bits = meta.overflow_bits | ((stored ^ sum) & (value ^ sum)); \
-        lower = (int<32>)value < (int<32>)stored ? value : stored;            \
-        higher = (int<32>)value < (int<32>)stored ? stored : value;           \
-        combined = hdr.inc.reduce_op == REDUCE_SUM ? sum                      \
-            : (hdr.inc.reduce_op == REDUCE_MIN ? lower : higher);              \
-        slot_values.write(meta.value_base + 32 * (b) + f, combined);           \
+        overflow = overflow | ((stored ^ sum) & (value ^ sum));                \
+        combined = is_sum ? sum                                                \
+            : (((int<32>)value < (int<32>)stored) == lower_wins ? value : stored); \
+        slot_values.write(base + 32 * (b) + f, combined);                      \
         hdr.blocks[b].e##f = combined;
     action add_contribution() {
+        bool is_sum = hdr.inc.reduce_op == REDUCE_SUM;
+        bool lower_wins = hdr.inc.reduce_op == REDUCE_MIN;
+        bit<32> base = meta.value_base;
+        bit<32> overflow = 0;
         bit<32> value;
         bit<32> stored;
         bit<32> sum;
-        bit<32> lower;
-        bit<32> higher;
         bit<32> combined;
-        meta.overflow_bits = 0;
         FOR_EACH_ELEMENT(ADD_ELEMENT)
         meta.seen = meta.seen | meta.worker_bit;
         meta.count = meta.count + 1;
         meta.flags = meta.flags | (hdr.inc.flags & ROUND_FLAGS)
-                     | (meta.overflow_bits[31:31] == 1 && hdr.inc.reduce_op == REDUCE_SUM ? FLAG_OVERFLOW : 8w0);
+                     | (overflow[31:31] == 1 && is_sum ? FLAG_OVERFLOW : 8w0);
         meta.need = ((int<8>)hdr.inc.need > (int<8>)meta.need) ? hdr.inc.need : meta.need;
         contributions.count(0);
     }

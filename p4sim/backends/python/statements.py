@@ -21,10 +21,10 @@ def forward_single_uses(stmts: list[ast.Stmt]) -> list[ast.Stmt | str]:
     this list, E only reads variables and fields (no calls, division or indexing), nothing
     in between writes what E reads, x's statement is the next to mention t and reads it
     once, and t is dead after it (overwritten next, or its scope ends with the list). The
-    values are the same; E is just evaluated only if f gets to it. In allreduce.p4's
-    add_contribution each element's min and max are computed for every op and used by
-    one arm of a `?:` on the op: most of the work of a sum was those two. A definition
-    moved away leaves a comment, so the generated code still shows where t went."""
+    values are the same; E is just evaluated only if f gets to it. Where a program computes
+    each element's min and max for every op and uses one arm of a `?:` on the op (as
+    allreduce.p4's add_contribution once did), most of the work of a sum was those two. A
+    definition moved away leaves a comment, so the generated code still shows where t went."""
     out: list = list(stmts)
     declared: set[int] = set()
     known: dict[int, tuple[object, set[str]]] = {}     # id -> (node, its mention_paths)
