@@ -45,8 +45,20 @@ typedef struct {
 
 void header_pack(const inc_header *h, uint8_t *out);
 void header_unpack(const uint8_t *in, inc_header *h);
-void put_be32(uint8_t *out, uint32_t v);
-uint32_t get_be32(const uint8_t *in);
+/* Big-endian int32s, one per tensor element: inline, so a packet's 352 are a loop of byte swaps
+   rather than 352 calls. */
+static inline void put_be32(uint8_t *out, uint32_t v)
+{
+    out[0] = (uint8_t)(v >> 24);
+    out[1] = (uint8_t)(v >> 16);
+    out[2] = (uint8_t)(v >> 8);
+    out[3] = (uint8_t)v;
+}
+
+static inline uint32_t get_be32(const uint8_t *in)
+{
+    return (uint32_t)in[0] << 24 | (uint32_t)in[1] << 16 | (uint32_t)in[2] << 8 | in[3];
+}
 
 /* Batched datagrams on a non-blocking UDP socket. */
 typedef struct {

@@ -13,19 +13,6 @@
 #include <string.h>
 #include <time.h>
 
-void put_be32(uint8_t *out, uint32_t v)
-{
-    out[0] = (uint8_t)(v >> 24);
-    out[1] = (uint8_t)(v >> 16);
-    out[2] = (uint8_t)(v >> 8);
-    out[3] = (uint8_t)v;
-}
-
-uint32_t get_be32(const uint8_t *in)
-{
-    return (uint32_t)in[0] << 24 | (uint32_t)in[1] << 16 | (uint32_t)in[2] << 8 | in[3];
-}
-
 void header_pack(const inc_header *h, uint8_t *out)
 {
     out[0] = (uint8_t)(INC_VERSION << 4 | h->opcode);
