@@ -22,10 +22,12 @@ typedef struct {
     int64_t recover;
 } eng_cwnd;
 
-/* hosts/transport.py's SendCounters: sends the kernel made wait, sends it never took */
+/* hosts/transport.py's SendCounters: sends the kernel made wait, sends it never took; and
+   whether the socket refused UDP segmentation offload (then datagrams go one by one) */
 typedef struct {
     int64_t waits, dropped;
     int last_errno;
+    int gso_refused;
 } eng_counters;
 
 /* hosts/agent.py's CallStats, the parts the engine measures (times in seconds) */

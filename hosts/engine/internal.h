@@ -61,13 +61,24 @@ static inline uint32_t get_be32(const uint8_t *in)
 }
 
 /* Batched datagrams on a non-blocking UDP socket. */
+/* Up to GSO_SEGMENTS datagrams of one size to one address go as one UDP_SEGMENT send, which the
+   kernel cuts into datagrams before the device: one pass through the socket and the route for
+   all of them (GSO_BYTES: a UDP datagram's most). */
+#define GSO_SEGMENTS 64
+#define GSO_BYTES 65507
+
 typedef struct {
     int fd;
     eng_counters *counters;
-    struct mmsghdr msgs[BATCH];
-    struct iovec iov[BATCH];
+    struct iovec iov[BATCH];           /* the datagrams added, in order */
     struct sockaddr_in names[BATCH];
     int count;
+    struct mmsghdr msgs[BATCH];        /* the sends they make: one per run of datagrams */
+    int firsts[BATCH + 1];             /* send i carries datagrams firsts[i] .. firsts[i + 1] - 1 */
+    union {                            /* each send's UDP_SEGMENT size */
+        char buf[CMSG_SPACE(sizeof(uint16_t))];
+        struct cmsghdr align;
+    } control[BATCH];
 } send_batch;
 
 typedef struct {

@@ -1,17 +1,26 @@
-/* Datagrams in batches: sendmmsg and recvmmsg on the worker's non-blocking UDP socket, with
- * hosts/transport.py's rules for a send the kernel refuses (EAGAIN, ENOBUFS: wait until
- * writable, back off, count it; after SEND_PATIENCE_S, or on any other error, the packet
- * counts as lost). Also the INC header, big-endian as hosts/inc.py packs it.
+/* Datagrams in batches: sendmmsg (a run of one size to one address as one UDP_SEGMENT send)
+ * and recvmmsg on the worker's non-blocking UDP socket, with hosts/transport.py's rules for a
+ * send the kernel refuses (EAGAIN, ENOBUFS: wait until writable, back off, count it; after
+ * SEND_PATIENCE_S, or on any other error, the packet counts as lost). Also the INC header,
+ * big-endian as hosts/inc.py packs it.
  */
 #include "internal.h"
 
 #include <errno.h>
 #include <math.h>
+#include <netinet/udp.h>
 #include <poll.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#ifndef UDP_SEGMENT
+#define UDP_SEGMENT 103         /* linux/udp.h, for a libc that predates it */
+#endif
+#ifndef SOL_UDP
+#define SOL_UDP 17
+#endif
 
 void header_pack(const inc_header *h, uint8_t *out)
 {
@@ -54,13 +63,11 @@ void batch_add(send_batch *b, const uint8_t *data, size_t len, const struct sock
     int i = b->count++;
     b->names[i] = *to;
     b->iov[i] = (struct iovec){.iov_base = (void *)data, .iov_len = len};
-    b->msgs[i] = (struct mmsghdr){.msg_hdr = {.msg_name = &b->names[i], .msg_namelen = sizeof b->names[i],
-                                              .msg_iov = &b->iov[i], .msg_iovlen = 1}};
 }
 
-static void dropped(send_batch *b, int err)
+static void dropped(send_batch *b, int err, int datagrams)
 {
-    b->counters->dropped++;
+    b->counters->dropped += datagrams;
     b->counters->last_errno = err;
 }
 
@@ -72,23 +79,73 @@ static void pause_s(double seconds)
     nanosleep(&ts, NULL);
 }
 
+static int same_address(const struct sockaddr_in *a, const struct sockaddr_in *b)
+{
+    return a->sin_addr.s_addr == b->sin_addr.s_addr && a->sin_port == b->sin_port;
+}
+
+/* The sends for datagrams `from` .. count - 1: runs of one address and one size (the last of a
+   run may be shorter, as UDP_SEGMENT allows) as one segmented send each, unless the socket
+   refused that; returns how many sends. */
+static int plan_sends(send_batch *b, int from)
+{
+    int n = 0;
+    for (int i = from; i < b->count; n++) {
+        size_t size = b->iov[i].iov_len, bytes = size;
+        int j = i + 1;
+        if (!b->counters->gso_refused)
+            while (j < b->count && j - i < GSO_SEGMENTS && b->iov[j - 1].iov_len == size &&
+                   b->iov[j].iov_len <= size && bytes + b->iov[j].iov_len <= GSO_BYTES &&
+                   same_address(&b->names[j], &b->names[i]))
+                bytes += b->iov[j++].iov_len;
+        struct msghdr *h = &b->msgs[n].msg_hdr;
+        *h = (struct msghdr){.msg_name = &b->names[i], .msg_namelen = sizeof b->names[i],
+                             .msg_iov = &b->iov[i], .msg_iovlen = (size_t)(j - i)};
+        if (j - i > 1) {
+            h->msg_control = b->control[n].buf;
+            h->msg_controllen = sizeof b->control[n].buf;
+            struct cmsghdr *cm = CMSG_FIRSTHDR(h);
+            cm->cmsg_level = SOL_UDP;
+            cm->cmsg_type = UDP_SEGMENT;
+            cm->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+            uint16_t segment = (uint16_t)size;
+            memcpy(CMSG_DATA(cm), &segment, sizeof segment);
+        }
+        b->firsts[n] = i;
+        i = j;
+    }
+    b->firsts[n] = b->count;
+    return n;
+}
+
 void batch_flush(send_batch *b)
 {
-    int off = 0;
-    double deadline = -1, backoff = 0.0005;     /* per datagram, as each Python send waits alone */
-    while (off < b->count) {
-        int sent = sendmmsg(b->fd, b->msgs + off, (unsigned)(b->count - off), 0);
+    int sends = plan_sends(b, 0), off = 0;
+    double deadline = -1, backoff = 0.0005;     /* per send, as each Python send waits alone */
+    while (off < sends) {
+        int sent = sendmmsg(b->fd, b->msgs + off, (unsigned)(sends - off), 0);
         if (sent > 0) {
             off += sent;
             deadline = -1;
             backoff = 0.0005;
             continue;
         }
-        int err = errno;
+        int err = errno, datagrams = b->firsts[off + 1] - b->firsts[off];
         if (err == EINTR)
             continue;
+        if (datagrams > 1 && (err == EINVAL || err == EIO || err == ENOPROTOOPT || err == EOPNOTSUPP)) {
+            /* No segmentation offload here (an old kernel, or a device path without it): the
+               rest go one datagram per send, on this socket from now on. */
+            b->counters->gso_refused = 1;
+            int first = b->firsts[off];
+            memmove(b->iov, b->iov + first, (size_t)(b->count - first) * sizeof *b->iov);
+            memmove(b->names, b->names + first, (size_t)(b->count - first) * sizeof *b->names);
+            b->count -= first;
+            sends = plan_sends(b, 0), off = 0;
+            continue;
+        }
         if (err != EAGAIN && err != EWOULDBLOCK && err != ENOBUFS) {
-            dropped(b, err);
+            dropped(b, err, datagrams);
             off++;
             deadline = -1;
             continue;
@@ -98,7 +155,7 @@ void batch_flush(send_batch *b)
             b->counters->waits++;
             deadline = now + SEND_PATIENCE_S;
         } else if (now >= deadline) {
-            dropped(b, err);
+            dropped(b, err, datagrams);
             off++;
             deadline = -1;
             backoff = 0.0005;

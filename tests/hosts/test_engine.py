@@ -9,6 +9,7 @@ flags and need for each item in its window ACKs (how many items each one covers 
 from __future__ import annotations
 
 import logging
+import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -490,6 +491,35 @@ def test_sends_the_kernel_refuses_are_dropped_counted_and_named_in_the_timeout(c
         assert stats.send_drops == stats.packets_sent > 4 and transport.counters.dropped == stats.send_drops
     finally:
         worker.close()
+
+
+SO_NO_CHECK = 11      # Linux: no UDP checksums on this socket's sends, and so no UDP_SEGMENT
+
+
+def test_a_socket_that_refuses_segmentation_offload_sends_its_datagrams_one_by_one(compiled: None) -> None:
+    """The engine sends a run of same-size datagrams to one address as one UDP_SEGMENT send. A
+    socket the kernel will not segment for (here: SO_NO_CHECK) is noted at its first refusal and
+    sends the same datagrams one per send: nothing is lost, and both workers get the sum."""
+    from tests.workloads.aggregator import LoopbackAggregator
+    aggregator = LoopbackAggregator(job_id=1, num_workers=2, k=64)
+    transports = [UdpTransport(aggregator.address, ("127.0.0.1", 0)) for _ in range(2)]
+    transports[1].sock.setsockopt(socket.SOL_SOCKET, SO_NO_CHECK, 1)
+    workers = [Worker(JobConfig(1, w, 2, window=32, timeout=0.05, elements_per_packet=64), t)
+               for w, t in enumerate(transports)]
+    rng = np.random.default_rng(3)
+    inputs = [rng.integers(-1000, 1000, 64 * 40, dtype=np.int32) for _ in range(2)]
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            results = list(pool.map(lambda w: [workers[w].allreduce(inputs[w]) for _ in range(2)], range(2)))
+    finally:
+        for worker in workers:
+            worker.close()
+        aggregator.close()
+    for per_call in results:
+        for result in per_call:
+            np.testing.assert_array_equal(result, inputs[0] + inputs[1])
+    assert [w._engine.counters.gso_refused for w in workers] == [0, 1]
+    assert [w.last_stats.send_drops for w in workers] == [0, 0]
 
 
 @pytest.mark.parametrize("dtype", [np.dtype(np.float32), BFLOAT16], ids=str)
