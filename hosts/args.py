@@ -81,6 +81,17 @@ def positive_float(text: str) -> float:
     return value
 
 
+def non_negative_float(text: str) -> float:
+    """A finite number, 0 or above (not nan, not inf)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 <= value < math.inf:
+        raise argparse.ArgumentTypeError(f"must be a finite number, 0 or above, not {text}")
+    return value
+
+
 def unwritable(path: Path) -> str | None:
     """Why `path` cannot be written, or None; its folder is created, the file itself is not."""
     try:

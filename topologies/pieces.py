@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from hosts.engine import spin_for
 from topologies.fabric import Fabric
 from topologies.procs import end_child
 from topologies.spec import JobSpec, Topology, TopologyError
@@ -143,8 +144,9 @@ def job_elements_per_packet(topology_path: Path, job_id: int) -> int:
 
 def _run_workers(fabric: Fabric, job: JobSpec, args: list[list[str]],
                  timeout_s: float) -> list[tuple[int, str, int, str, str]]:
-    """Start `python -m hosts.worker` with args[w] (after the job's and worker's ids and the
-    elements per packet the controller recorded for the job) on each worker's host at once;
+    """Start `python -m hosts.worker` with args[w] (after the job's and worker's ids, the
+    elements per packet the controller recorded for the job, and the spin of as many workers
+    sharing this machine's cores) on each worker's host at once;
     (worker, host, exit code, stdout, stderr) of each, in worker order. Workers still running
     after `timeout_s` (together) are ended; none outlives the call. A fabric found gone meanwhile
     (Fabric.check) raises FabricError within CHECK_EVERY_S."""
@@ -159,7 +161,8 @@ def _run_workers(fabric: Fabric, job: JobSpec, args: list[list[str]],
         for w, (host, worker_args) in enumerate(zip(job.workers, args)):
             cmd = [sys.executable, "-m", "hosts.worker", "--job-id", str(job.job_id), "--worker-id", str(w),
                    "--workers", str(len(job.workers)), "--elements-per-packet", str(k),
-                   "--interface", fabric.topo.hosts[host].intf, *worker_args]
+                   "--interface", fabric.topo.hosts[host].intf, "--spin", str(spin_for(len(job.workers))),
+                   *worker_args]
             procs.append((w, host, fabric.popen(host, cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE,
                                                 stderr=subprocess.PIPE, text=True)))
         deadline = time.monotonic() + timeout_s
