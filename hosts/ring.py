@@ -306,8 +306,12 @@ class RingWorker:
             self._engine.close(linger)
             self.transport.close()
             return
+        # The previous rank may be lingering for the last chunks' delayed ack: it goes now, and
+        # again for any chunk taken while this rank lingers for its own acks.
+        self._ack_if_pending()
         with self._cv:
             self._cv.wait_for(lambda: not self._unacked, timeout=linger)
+        self._ack_if_pending()
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
@@ -423,6 +427,12 @@ class RingWorker:
             now = not in_order or self._ack_pending >= self.config.chunks_per_ack or bool(header.flags & FLAG_ACK_NOW)
         if now:
             self._ack(prev)
+
+    def _ack_if_pending(self) -> None:
+        with self._cv:
+            pending = self._ack_pending > 0
+        if pending:
+            self._ack((self.config.rank - 1) % self.config.num_workers)
 
     def _ack(self, prev: int) -> None:
         """One ack for everything received: the cumulative seq and a bitmap of the chunks after it."""

@@ -513,12 +513,18 @@ void ring_close(ring_engine *r, double linger)
         return;
     double until = eng_now() + linger;
     pthread_mutex_lock(&r->mu);
+    /* The previous rank may be lingering for the last chunks' delayed ack: it goes now, and
+       again for any chunk taken while this rank lingers for its own acks. */
+    if (r->ack_pending)
+        send_ack(r);
     while (r->unacked_count && eng_now() < until) {    /* the service thread is still retransmitting */
         pthread_mutex_unlock(&r->mu);
         struct timespec ts = {.tv_nsec = 1000000};
         nanosleep(&ts, NULL);
         pthread_mutex_lock(&r->mu);
     }
+    if (r->ack_pending)
+        send_ack(r);
     r->stop = 1;
     pthread_cond_signal(&r->idle);
     pthread_mutex_unlock(&r->mu);
