@@ -210,9 +210,8 @@ static int build_packet(call_t *t, int64_t chunk, int64_t seq, uint8_t *out)
         int exponent = t->used[chunk];
         h.exponent = exponent;
         h.need = t->local[chunk];
-        int16_t e16 = (int16_t)exponent;
-        uint8_t fits;
-        eng_quantize(t->values + chunk * k, 1, k, &e16, e->num_workers, t->quantized, &fits);
+        /* fits_at holds the chunk's own exponent, found when the call began */
+        int fits = quantize_row(t->values + chunk * k, k, t->fits_at[chunk], exponent, e->num_workers, t->quantized);
         h.flags = fits ? 0 : FLAG_OVERFLOW;
         for (int64_t i = 0; i < k; i++)
             put_be32(elements + 4 * i, (uint32_t)t->quantized[i]);

@@ -104,6 +104,7 @@ int recv_some(recv_batch *r, int fd, double timeout, int wake_fd, int drained, d
 const uint8_t *recv_data(const recv_batch *r, int i, int *len, const struct sockaddr_in **from);
 
 int quantize_scale(int num_workers, int exponent);
+int quantize_row(const double *row, int64_t k, int fit, int exponent, int num_workers, int32_t *q);
 int chunk_exponent(const double *row, int64_t k);
 
 #endif

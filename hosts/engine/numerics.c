@@ -162,24 +162,27 @@ void eng_chunk_exponents(const double *rows, int64_t m, int64_t k, int16_t *out)
         out[c] = (int16_t)chunk_exponent(rows + c * k, k);
 }
 
-/* q = rint(x * 2^s), s = 30 - ceil(log2 N) - E, for rows that fit E; zeros for rows that do
- * not (a value at or above 2^E, or not finite). Scaling by a power of two is exact here:
- * float32 and narrower values times at most 2^157 stay normal doubles. */
+/* q = rint(x * 2^s), s = 30 - ceil(log2 N) - E, for a row that fits E (its chunk_exponent, `fit`,
+ * is at most E): 1; else zeros and 0 (a value at or above 2^E, or not finite). Scaling by a
+ * power of two is exact here: float32 and narrower values times at most 2^157 stay normal doubles. */
+int quantize_row(const double *row, int64_t k, int fit, int exponent, int num_workers, int32_t *q)
+{
+    if (fit > exponent) {
+        memset(q, 0, (size_t)k * sizeof *q);
+        return 0;
+    }
+    double scale = ldexp(1.0, quantize_scale(num_workers, exponent));
+    for (int64_t i = 0; i < k; i++)
+        q[i] = (int32_t)rint(row[i] * scale);
+    return 1;
+}
+
 void eng_quantize(const double *rows, int64_t m, int64_t k, const int16_t *exponents, int num_workers,
                   int32_t *q, uint8_t *fits)
 {
-    for (int64_t c = 0; c < m; c++) {
-        const double *row = rows + c * k;
-        int32_t *out = q + c * k;
-        fits[c] = chunk_exponent(row, k) <= exponents[c];
-        if (!fits[c]) {
-            memset(out, 0, (size_t)k * sizeof *out);
-            continue;
-        }
-        double scale = ldexp(1.0, quantize_scale(num_workers, exponents[c]));
-        for (int64_t i = 0; i < k; i++)
-            out[i] = (int32_t)rint(row[i] * scale);
-    }
+    for (int64_t c = 0; c < m; c++)
+        fits[c] = (uint8_t)quantize_row(rows + c * k, k, chunk_exponent(rows + c * k, k), exponents[c],
+                                        num_workers, q + c * k);
 }
 
 void eng_dequantize(const int32_t *sums, int64_t m, int64_t k, const int16_t *exponents, int num_workers,
