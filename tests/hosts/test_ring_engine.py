@@ -170,18 +170,23 @@ def test_a_c_ring_rank_without_its_neighbour_times_out_with_a_clear_error(compil
         socks[1].close()
 
 
+def timed_allreduce(engines: list[str], **config: Any) -> float:
+    """Seconds for two ranks (on `engines`) to AllReduce 40 chunks, checked, and close."""
+    xs = [np.arange(40 * INC_K, dtype=np.int32) * (r + 1) for r in range(2)]
+    start = time.monotonic()
+    results, _, _ = run_ring(engines, [lambda w, r: w.allreduce(xs[r])], **config)
+    took = time.monotonic() - start
+    for out in results[0]:
+        np.testing.assert_array_equal(out, xs[0] + xs[1])
+    return took
+
+
 @pytest.mark.parametrize("engines", [["python"] * 2, ["c"] * 2])
 def test_a_window_under_the_ack_batch_never_waits_out_the_ack_delay(compiled: None, engines: list[str]) -> None:
     """A window (4) below the in-order chunks per ack (64), as after a cut: the chunk that fills
     it asks for its ack now (FLAG_ACK_NOW). Without that, each of the call's 10 windows a rank
     sends would wait out the 2 s ack delay: 20 s, where the call takes milliseconds."""
-    xs = [np.arange(40 * INC_K, dtype=np.int32) * (r + 1) for r in range(2)]
-    start = time.monotonic()
-    results, _, _ = run_ring(engines, [lambda w, r: w.allreduce(xs[r])], window=4, ack_every=64, ack_delay=2.0,
-                             timeout=5.0, max_rto=10.0)
-    took = time.monotonic() - start
-    for out in results[0]:
-        np.testing.assert_array_equal(out, xs[0] + xs[1])
+    took = timed_allreduce(engines, window=4, ack_every=64, ack_delay=2.0, timeout=5.0, max_rto=10.0)
     assert took < 10.0, f"the call took {took:.1f} s: its windows waited for delayed acks"
 
 
@@ -192,11 +197,5 @@ def test_a_closing_rank_sends_the_ack_its_peer_lingers_for(compiled: None, engin
     ends. Each rank's close sends what it owes first, so neither lingers out the delay (nor, with
     the peer's engine stopped, ten timeouts: 70 s) for acks the other had not sent yet. (The
     Python path's close also waits up to half a timeout for its thread's read: 3.5 s.)"""
-    xs = [np.arange(40 * INC_K, dtype=np.int32) * (r + 1) for r in range(2)]
-    start = time.monotonic()
-    results, _, _ = run_ring(engines, [lambda w, r: w.allreduce(xs[r])], window=64, ack_every=64, ack_delay=6.0,
-                             timeout=7.0, max_rto=14.0)
-    took = time.monotonic() - start
-    for out in results[0]:
-        np.testing.assert_array_equal(out, xs[0] + xs[1])
+    took = timed_allreduce(engines, window=64, ack_every=64, ack_delay=6.0, timeout=7.0, max_rto=14.0)
     assert took < 5.0, f"the call and the ranks' close took {took:.1f} s: a close waited for a delayed ack"
