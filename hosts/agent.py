@@ -238,6 +238,9 @@ class Worker:
         if part == 0:
             numerics.reduce_op(op, array.dtype)      # a bad op or dtype is refused all the same
             return np.zeros(out_shape, array.dtype)
+        if _reduce_scatter_as_allreduce(array.size, n, k):
+            whole = self._reduce(array.reshape(-1), op, COLL_ALLREDUCE, None)
+            return whole[me * part:(me + 1) * part].reshape(out_shape)
         per_block = -(-part // k)            # chunks per worker's part: a chunk has one owner
         padded = np.zeros((n, per_block * k), array.dtype)
         padded[:, :part] = array.reshape(n, part)
@@ -263,6 +266,11 @@ class Worker:
         words = numerics.as_words(array)
         if words.size == 0:
             return np.zeros((n, *array.shape), array.dtype)
+        if _all_gather_as_allreduce(words.size, n, k):
+            placed = np.zeros((n, words.size), np.int32)     # x + 0 is x, bit for bit
+            placed[me] = words
+            summed = self._reduce(placed.ravel(), "sum", COLL_ALLREDUCE, None).reshape(n, -1)
+            return np.stack([numerics.from_words(row, array) for row in summed])
         per_block = -(-words.size // k)
         placed = np.zeros((n, per_block * k), np.int32)
         placed[me, :words.size] = words
@@ -617,6 +625,24 @@ class Worker:
 # saves to outweigh it (`python -m bench.collectives` at N = 8: ReduceScatter of 256 B - 16 KiB,
 # 1-2 chunks a root, was 1.2-1.6x slower with them; from 256 KiB, 23 a root, 1.2-1.3x faster).
 WINDOW_ACK_MIN_CHUNKS = 8
+
+
+def _reduce_scatter_as_allreduce(size: int, n: int, k: int) -> bool:
+    """Whether a ReduceScatter of `size` elements over `n` workers runs as one AllReduce of the
+    whole array, each worker keeping its part: where the parts, each padded to whole chunks,
+    take more chunks than the array does and too few per owner for window ACKs, every chunk
+    costs the switch N packets in and N out either way, so fewer chunks is less work
+    (docs/protocol.md, "Small ReduceScatter and AllGather")."""
+    per_owner = -(-(size // n) // k)
+    return per_owner < WINDOW_ACK_MIN_CHUNKS and -(-size // k) < n * per_owner
+
+
+def _all_gather_as_allreduce(words: int, n: int, k: int) -> bool:
+    """Whether an AllGather of `words` words from each of `n` workers runs as one AllReduce (SUM)
+    of all of them, each worker's words at its offset and zeros elsewhere: 2 N packets per
+    chunk for the gathered words packed together, against about N + 1 per chunk (eager rounds)
+    for each worker's words padded to whole chunks."""
+    return 2 * n * -(-n * words // k) < (n + 1) * n * -(-words // k)
 
 
 def _window_acks_pay(chunks: int, roots: np.ndarray | None) -> bool:

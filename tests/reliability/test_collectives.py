@@ -18,7 +18,7 @@ import pytest
 from p4sim import Switch
 
 from hosts.agent import WINDOW_ACK_MIN_CHUNKS, IncOverflowError, JobConfig, Worker
-from hosts.inc import (COLL_BROADCAST, COLL_REDUCE, FLAG_EAGER, HEADER_SIZE, INC_K, OP_ACK, OP_CONTRIB, OP_JOIN,
+from hosts.inc import (COLL_ALLREDUCE, COLL_BROADCAST, COLL_REDUCE, FLAG_EAGER, HEADER_SIZE, INC_K, OP_ACK, OP_CONTRIB, OP_JOIN,
                        OP_RESULT,
                        PAYLOAD_SIZE, IncHeader, unpack_header)
 from hosts.inprocess import Faults, InProcessFabric
@@ -115,7 +115,7 @@ def data_senders(transport: RecordingTransport) -> set[tuple[int, int]]:
 @pytest.mark.parametrize("op, dtype", CASES, ids=[f"{op}-{d}" for op, d in CASES])
 def test_reduce_scatter_gives_each_worker_its_part_and_only_its_part(switch: Switch, op: str,
                                                                      dtype: np.dtype) -> None:
-    part = 2 * INC_K + 7                      # each part: 3 chunks, the last one short
+    part = 3 * INC_K - 1                      # each part: 3 chunks, the last one short
     inputs = inputs_for(dtype, N * part, seed=len(op) + dtype.itemsize)
     results, transports = run(switch, lambda w: w.reduce_scatter(inputs[w.config.worker_id], op))
     for w, (got, transport) in enumerate(zip(results, transports)):
@@ -125,6 +125,44 @@ def test_reduce_scatter_gives_each_worker_its_part_and_only_its_part(switch: Swi
         data = [h for h, size in transport.received if h.opcode == OP_RESULT]
         assert data and all(h.root == w and h.collective == COLL_REDUCE for h in data)
         assert any(h.opcode == OP_ACK for h, _ in transport.received)
+
+
+def one_call(call: Callable[[Worker], object]) -> Callable[[Worker], tuple[object, int]]:
+    """`call`'s result, and the chunks it took (a float call may redo some: seqs count those too)."""
+    def body(w: Worker) -> tuple[object, int]:
+        got = call(w)
+        assert w.last_stats is not None
+        return got, w.last_stats.chunks
+    return body
+
+
+@pytest.mark.parametrize("op, dtype", CASES, ids=[f"{op}-{d}" for op, d in CASES])
+def test_a_small_reduce_scatter_is_one_allreduce_of_the_whole_array(switch: Switch, op: str,
+                                                                   dtype: np.dtype) -> None:
+    """Parts of K + 1 elements would take two chunks each, 2 N in all and too few per owner for
+    window ACKs; the whole array takes N + 1: the workers run an AllReduce and keep their parts
+    (within the AllReduce's bound, whose chunks span parts)."""
+    part = INC_K + 1
+    inputs = inputs_for(dtype, N * part, seed=30 + len(op) + dtype.itemsize)
+    results, transports = run(switch, one_call(lambda w: w.reduce_scatter(inputs[w.config.worker_id], op)))
+    for w, ((got, chunks), transport) in enumerate(zip(results, transports)):
+        assert got.shape == (part,)
+        check_reduced(got, inputs, op, slice(w * part, (w + 1) * part))
+        assert {h.collective for h, _ in transport.sent} == {COLL_ALLREDUCE} and chunks == N + 1
+
+
+@pytest.mark.parametrize("dtype", [np.dtype(np.int32), np.dtype(np.float16)], ids=str)
+def test_a_small_all_gather_is_one_allreduce_of_the_packed_arrays(switch: Switch, dtype: np.dtype) -> None:
+    """Each worker's 9 words would take a chunk of its own, N in all; packed side by side they
+    take two: each worker sends its words at its offset and zeros elsewhere, and the sum is
+    every worker's array, bit for bit."""
+    rng = np.random.default_rng(40 + dtype.itemsize)
+    length = 9 * 4 // dtype.itemsize
+    inputs = [random_bits(rng, dtype, length) for _ in range(N)]
+    results, transports = run(switch, one_call(lambda w: w.all_gather(inputs[w.config.worker_id])))
+    for (got, chunks), transport in zip(results, transports):
+        assert got.dtype == dtype and got.tobytes() == np.stack(inputs).tobytes()
+        assert {h.collective for h, _ in transport.sent} == {COLL_ALLREDUCE} and chunks == -(-N * 9 // INC_K)
 
 
 @pytest.mark.parametrize("op, dtype", CASES, ids=[f"{op}-{d}" for op, d in CASES])
@@ -185,10 +223,11 @@ def test_broadcast_is_bit_for_bit_and_only_the_root_sends_data(switch: Switch, d
 @pytest.mark.parametrize("dtype", BIT_EXACT, ids=str)
 def test_all_gather_stacks_every_workers_array_bit_for_bit(switch: Switch, dtype: np.dtype) -> None:
     rng = np.random.default_rng(10 + dtype.itemsize)
-    inputs = [random_bits(rng, dtype, 37) for _ in range(N)]
+    length = (2 * INC_K + 9) * 4 // dtype.itemsize      # 3 chunks of words each, the last one short
+    inputs = [random_bits(rng, dtype, length) for _ in range(N)]
     results, transports = run(switch, lambda w: w.all_gather(inputs[w.config.worker_id]))
     for w, (got, transport) in enumerate(zip(results, transports)):
-        assert got.dtype == dtype and got.shape == (N, 37)
+        assert got.dtype == dtype and got.shape == (N, length)
         assert got.tobytes() == np.stack(inputs).tobytes()
         assert data_senders(transport) == {(COLL_BROADCAST, w)}
 
@@ -213,7 +252,7 @@ def test_barrier_returns_only_after_the_last_worker_arrived(switch: Switch) -> N
 
 def test_collectives_in_sequence_share_the_jobs_slots(switch: Switch) -> None:
     """Every collective once, then an AllReduce: the seq, slot and version rules carry over."""
-    inputs = inputs_for(np.dtype(np.float32), N * 50, seed=3)
+    inputs = inputs_for(np.dtype(np.float32), N * 2 * INC_K, seed=3)      # ReduceScatter in parts' own chunks
 
     def body(w: Worker) -> list[object]:
         me = w.config.worker_id
@@ -222,7 +261,7 @@ def test_collectives_in_sequence_share_the_jobs_slots(switch: Switch) -> None:
 
     results, _ = run(switch, body)
     for w, (scattered, gathered, broadcast, reduced, _, summed) in enumerate(results):
-        check_reduced(scattered, [x[w * 50:(w + 1) * 50] for x in inputs], "sum")
+        check_reduced(scattered, [x[w * 2 * INC_K:(w + 1) * 2 * INC_K] for x in inputs], "sum")
         np.testing.assert_array_equal(gathered, np.stack([x[:10] for x in inputs]))
         np.testing.assert_array_equal(broadcast, inputs[0])
         if w == 1:
@@ -296,16 +335,20 @@ DOCUMENTED_PASSES = {
     "allreduce": lambda m, g: (N * m, m),
     "reduce": lambda m, g: (N * m, m),
     "reduce_scatter": lambda m, g: (N * m, m),
+    "small_reduce_scatter": lambda m, g: (N * m, m),      # an AllReduce
     "broadcast": lambda m, g: (N * g + m - g, m),
     "all_gather": lambda m, g: (N * g + m - g, m),
+    "small_all_gather": lambda m, g: (N * m, m),          # an AllReduce
     "barrier": lambda m, g: (N, 1),
 }
 CALLS: dict[str, tuple[Callable[[Worker, np.ndarray], object], int]] = {   # the call, and its chunks
     "allreduce": (lambda w, x: w.allreduce(x), 20 * INC_K + 1),
     "reduce": (lambda w, x: w.reduce(x, 2), 20 * INC_K + 1),
-    "reduce_scatter": (lambda w, x: w.reduce_scatter(x), N * (5 * INC_K + 1)),
+    "reduce_scatter": (lambda w, x: w.reduce_scatter(x), N * 5 * INC_K),
+    "small_reduce_scatter": (lambda w, x: w.reduce_scatter(x), N * (INC_K + 1)),
     "broadcast": (lambda w, x: w.broadcast(x, 3), 30 * INC_K),
     "all_gather": (lambda w, x: w.all_gather(x), 7 * INC_K + 1),
+    "small_all_gather": (lambda w, x: w.all_gather(x), 5),
     "barrier": (lambda w, x: w.barrier(), 0),
 }
 
@@ -315,6 +358,8 @@ def chunks_of(name: str, length: int) -> int:
         return 1
     if name == "reduce_scatter":
         return N * -(-(length // N) // INC_K)
+    if name.startswith("small_"):
+        return -(-length * (N if name == "small_all_gather" else 1) // INC_K)
     return -(-length // INC_K) * (N if name == "all_gather" else 1)
 
 
