@@ -630,11 +630,12 @@ WINDOW_ACK_MIN_CHUNKS = 8
 def _reduce_scatter_as_allreduce(size: int, n: int, k: int) -> bool:
     """Whether a ReduceScatter of `size` elements over `n` workers runs as one AllReduce of the
     whole array, each worker keeping its part: where the parts, each padded to whole chunks,
-    take more chunks than the array does and too few per owner for window ACKs, every chunk
-    costs the switch N packets in and N out either way, so fewer chunks is less work
+    are too few per owner for window ACKs, every chunk costs the switch N packets in and N out
+    either way, and the array takes at most 3/4 of the parts' chunks (an AllReduce's N results
+    per chunk carry data where a ReduceScatter's are one result and N - 1 header-only ACKs)
     (docs/protocol.md, "Small ReduceScatter and AllGather")."""
     per_owner = -(-(size // n) // k)
-    return per_owner < WINDOW_ACK_MIN_CHUNKS and -(-size // k) < n * per_owner
+    return per_owner < WINDOW_ACK_MIN_CHUNKS and 4 * -(-size // k) <= 3 * n * per_owner
 
 
 def _all_gather_as_allreduce(words: int, n: int, k: int) -> bool:
