@@ -228,7 +228,8 @@ class Worker:
 
     def reduce_scatter(self, array: np.ndarray, op: str = "sum") -> np.ndarray:
         """Worker w's 1/N of the reduced `array` (its first dimension a multiple of N): rows
-        w*L/N .. (w+1)*L/N - 1. The switch sends each chunk's result to its owner alone."""
+        w*L/N .. (w+1)*L/N - 1. The switch sends each chunk's result to its owner alone, but for
+        a small call, which is one AllReduce of `array` (_reduce_scatter_as_allreduce)."""
         array = np.asarray(array)
         n, me, k = self.config.num_workers, self.config.worker_id, self.config.elements_per_packet
         if array.ndim == 0 or array.shape[0] % n:
@@ -239,13 +240,13 @@ class Worker:
             numerics.reduce_op(op, array.dtype)      # a bad op or dtype is refused all the same
             return np.zeros(out_shape, array.dtype)
         if _reduce_scatter_as_allreduce(array.size, n, k):
-            whole = self._reduce(array.reshape(-1), op, COLL_ALLREDUCE, None)
-            return whole[me * part:(me + 1) * part].reshape(out_shape)
-        per_block = -(-part // k)            # chunks per worker's part: a chunk has one owner
-        padded = np.zeros((n, per_block * k), array.dtype)
-        padded[:, :part] = array.reshape(n, part)
-        result = self._reduce(padded.ravel(), op, COLL_REDUCE, np.repeat(np.arange(n), per_block))
-        return result.reshape(n, -1)[me, :part].reshape(out_shape)
+            parts = self.allreduce(array.reshape(-1), op)
+        else:
+            per_block = -(-part // k)            # chunks per worker's part: a chunk has one owner
+            padded = np.zeros((n, per_block * k), array.dtype)
+            padded[:, :part] = array.reshape(n, part)
+            parts = self._reduce(padded.ravel(), op, COLL_REDUCE, np.repeat(np.arange(n), per_block))
+        return parts.reshape(n, -1)[me, :part].reshape(out_shape)
 
     def broadcast(self, array: np.ndarray, root: int) -> np.ndarray:
         """Worker `root`'s `array` on every worker, bit for bit (any dtype; the others pass an
@@ -260,21 +261,22 @@ class Worker:
 
     def all_gather(self, array: np.ndarray) -> np.ndarray:
         """Every worker's `array` (same shape and dtype on all), stacked in worker order:
-        shape (N, *array.shape), bit for bit. Each worker sends only its own array."""
+        shape (N, *array.shape), bit for bit. Each worker sends only its own array, but for a
+        small call, which is one AllReduce of all arrays side by side (_all_gather_as_allreduce)."""
         array = np.ascontiguousarray(array)
         n, me, k = self.config.num_workers, self.config.worker_id, self.config.elements_per_packet
         words = numerics.as_words(array)
         if words.size == 0:
             return np.zeros((n, *array.shape), array.dtype)
         if _all_gather_as_allreduce(words.size, n, k):
-            placed = np.zeros((n, words.size), np.int32)     # x + 0 is x, bit for bit
+            placed = np.zeros((n, words.size), np.int32)     # the others' words are zeros: x + 0 is x
             placed[me] = words
-            summed = self._reduce(placed.ravel(), "sum", COLL_ALLREDUCE, None).reshape(n, -1)
-            return np.stack([numerics.from_words(row, array) for row in summed])
-        per_block = -(-words.size // k)
-        placed = np.zeros((n, per_block * k), np.int32)
-        placed[me, :words.size] = words
-        gathered = self._gather(placed.ravel(), np.repeat(np.arange(n), per_block), COLL_BROADCAST).reshape(n, -1)
+            gathered = self.allreduce(placed)
+        else:
+            per_block = -(-words.size // k)
+            placed = np.zeros((n, per_block * k), np.int32)
+            placed[me, :words.size] = words
+            gathered = self._gather(placed.ravel(), np.repeat(np.arange(n), per_block), COLL_BROADCAST).reshape(n, -1)
         return np.stack([numerics.from_words(row[:words.size], array) for row in gathered])
 
     def barrier(self) -> None:

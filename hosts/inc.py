@@ -35,11 +35,10 @@ PAYLOAD_SIZE = HEADER_SIZE + ELEMENT_BYTES    # the UDP payload of every INC pac
 MAX_ELEMENTS = MAX_ELEMENTS_PER_PACKET   # the header's count has 12 bits: K per job is 1..4064
 MAX_WINDOW = (1 << 11) - 1               # the header's slot has 11 bits: a job's slots (its window) are 1..2047
 # Chunks in flight for a job that has a star's switch to itself (`make bench`, the demos): all of
-# the program's 512 slots, at K = 352 704 KiB in flight. Where ranks outnumber the cores, a rank
-# waits its turn for a core, and with fewer chunks in flight the others wait for it (a
-# ReduceScatter's window waits for its roots' window ACKs): alternating pairs against 128 (three, two)
-# put ReduceScatter of 256 KiB and 1 MiB at N = 8 20-40% faster, AllReduce 5-12% (4 MiB level).
-# Jobs sharing a pool use less.
+# the program's 512 slots, at K = 352 704 KiB. Where ranks outnumber the cores a rank waits its
+# turn for a core, and with fewer chunks in flight the others wait for it: against 128, N = 8
+# ReduceScatter of 256 KiB - 1 MiB took 20-40% less time, AllReduce 5-12% (docs/measurements.md,
+# "Tried in the eleventh round"). Jobs sharing a pool use less.
 STAR_WINDOW = 512
 
 

@@ -18,9 +18,8 @@ import pytest
 from p4sim import Switch
 
 from hosts.agent import WINDOW_ACK_MIN_CHUNKS, IncOverflowError, JobConfig, Worker
-from hosts.inc import (COLL_ALLREDUCE, COLL_BROADCAST, COLL_REDUCE, FLAG_EAGER, HEADER_SIZE, INC_K, OP_ACK, OP_CONTRIB, OP_JOIN,
-                       OP_RESULT,
-                       PAYLOAD_SIZE, IncHeader, unpack_header)
+from hosts.inc import (COLL_ALLREDUCE, COLL_BROADCAST, COLL_REDUCE, FLAG_EAGER, HEADER_SIZE, INC_K, OP_ACK,
+                       OP_CONTRIB, OP_JOIN, OP_RESULT, PAYLOAD_SIZE, IncHeader, unpack_header)
 from hosts.inprocess import Faults, InProcessFabric
 from hosts.transport import Transport
 from tests.hosts.conftest import Job, counter, host, install_forwarding, install_job
