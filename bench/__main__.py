@@ -26,7 +26,7 @@ from tqdm import tqdm
 
 from hosts.agent import JobConfig
 from hosts.args import settle_elements_per_packet, unwritable
-from hosts.engine import DEFAULT_SPIN, ENGINES, spin_for
+from hosts.engine import DEFAULT_SPIN, DEFAULT_SPIN_LARGE, ENGINES, POLL_CHUNKS, Spin, spin_for
 from hosts.inc import MAX_WINDOW, STAR_WINDOW
 from protocol import RECOMMENDED_ELEMENTS_PER_PACKET, recommended_elements_per_packet
 from topologies.fabric import Fabric, FabricError, FabricOptions
@@ -67,7 +67,7 @@ class Plan:
     elements_per_packet: int | None = None   # to build the program with (None: its default)
     eager_rounds: bool = JobConfig.eager_rounds   # INC workers' eager Broadcast/AllGather rounds
     leaves: int = 0                          # > 0: a leaf-spine of this many leaves under one spine, not a star
-    spin: float | None = None                # engines' read-before-sleep seconds (None: hosts.engine.spin_for)
+    spin: float | None = None                # engines' read-before-sleep seconds, any call (None: engine.spin_for)
     window_acks: bool = JobConfig.window_acks     # INC workers' window ACKs in Reduce/ReduceScatter
 
     def topology(self, n: int) -> Topology:
@@ -77,9 +77,9 @@ class Plan:
             return leaf_spine(self.leaves, 1, n // self.leaves, mtu=self.mtu)
         return star(n, mtu=self.mtu)
 
-    def spin_for(self, n: int) -> float:
+    def spin_for(self, n: int) -> Spin:
         """The engines' spin with n workers on this machine's cores."""
-        return spin_for(n) if self.spin is None else self.spin
+        return spin_for(n) if self.spin is None else Spin(self.spin, self.spin)
 
     def reps_for(self, size: int) -> int:
         return self.reps if size <= SMALL_BYTES else self.reps_large
@@ -100,7 +100,8 @@ class Trials:
                 sys.executable, "-m", "bench.worker", "--job-id", str(job.job_id), "--rank", str(rank),
                 "--peers", peers, "--window", str(plan.window), "--timeout", str(plan.timeout),
                 "--elements-per-packet", str(self.k), "--engine", plan.engine,
-                "--spin", str(plan.spin_for(len(job.workers))),
+                "--spin", str(plan.spin_for(len(job.workers)).small),
+                "--spin-large", str(plan.spin_for(len(job.workers)).large),
                 "--eager-rounds" if plan.eager_rounds else "--no-eager-rounds",
                 "--window-acks" if plan.window_acks else "--no-window-acks"])
             for rank, host in enumerate(job.workers)]
@@ -285,9 +286,11 @@ def add_trial_options(ap: argparse.ArgumentParser) -> None:
                     help="INC workers use eager Broadcast and AllGather rounds (docs/protocol.md; default "
                          f"{'on' if JobConfig.eager_rounds else 'off'}, as JobConfig.eager_rounds)")
     ap.add_argument("--spin", type=float, metavar="SECONDS",
-                    help="seconds the compiled engine (INC's and the ring's) reads before it sleeps, as Open MPI's "
-                         f"ranks poll (default {DEFAULT_SPIN} while the workers are no more than the machine's cores, "
-                         "0 beyond: they need the cores to run; 0: sleep at once)")
+                    help="seconds every call reads before it sleeps in the compiled engine (INC's and the ring's), "
+                         "as Open MPI's ranks poll; 0: sleep at once (default hosts.engine.spin_for: a call of at "
+                         f"most {POLL_CHUNKS} chunks {DEFAULT_SPIN} while the workers are at most twice the "
+                         f"machine's cores, a larger one {DEFAULT_SPIN_LARGE} while they are at most its cores, "
+                         "else 0: they need the cores to run)")
     ap.add_argument("--mtu", type=int, default=DEFAULT_MTU,
                     help=f"MTU of every link, for INC, the ring and MPI alike (default {DEFAULT_MTU}; 9000: jumbo)")
     ap.add_argument("--elements-per-packet", type=int, metavar="K",
@@ -374,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
     k = program_elements_per_packet(results if args.budget else [r for rs in results for r in rs])
     config = {"payload_bytes": 4 * k, "elements_per_packet": k, "mtu": plan.mtu, "dtype": plan.dtype,
               "window": plan.window, "timeout_s": plan.timeout, "reps": plan.reps, "reps_large": plan.reps_large,
-              "engine": plan.engine, "spin_s": {n: plan.spin_for(n) for n in plan.workers},
+              "engine": plan.engine, "spin_s": {n: plan.spin_for(n)._asdict() for n in plan.workers},
               "algorithms": list(plan.algorithms), "workers": plan.workers, "leaves": plan.leaves, "sizes": plan.sizes,
               "duration_s": time.monotonic() - started,
               "command": "python -m bench " + " ".join(argv if argv is not None else sys.argv[1:])}

@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     config = {"payload_bytes": 4 * k, "elements_per_packet": k, "mtu": plan.mtu, "dtype": plan.dtype,
               "window": plan.window, "timeout_s": plan.timeout, "reps": plan.reps, "reps_large": plan.reps_large,
               "engine": plan.engine, "eager_rounds": plan.eager_rounds, "window_acks": plan.window_acks,
-              "spin_s": plan.spin_for(args.workers),
+              "spin_s": plan.spin_for(args.workers)._asdict(),
               "workers": args.workers, "sizes": sizes, "collectives": args.collectives, "root": COLLECTIVE_ROOT,
               "baselines": {c: BASELINES[c] for c in args.collectives},
               # The machine's 1, 5 and 15 minute load averages: other work on it slows both sides.

@@ -18,7 +18,7 @@ import time
 import numpy as np
 
 from hosts.agent import IncError, JobConfig, Worker
-from hosts.engine import DEFAULT_SPIN, ENGINES
+from hosts.engine import DEFAULT_SPIN, DEFAULT_SPIN_LARGE, ENGINES, POLL_CHUNKS
 from hosts.inc import INC_K, OP_CONTRIB, OP_RESULT, RING_PORT, IncFormatError, IncHeader, pack, unpack_header
 from hosts.ring import RingConfig, RingWorker
 from hosts.transport import UdpPeerTransport, UdpTransport
@@ -130,7 +130,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="INC: Reduce and ReduceScatter acknowledged by their roots once the switch says it takes "
                          f"window ACKs (default {'on' if JobConfig.window_acks else 'off'})")
     ap.add_argument("--spin", type=float, default=DEFAULT_SPIN, metavar="SECONDS",
-                    help=f"seconds the compiled engine (INC's and the ring's) reads before it sleeps (default {DEFAULT_SPIN})")
+                    help=f"seconds a call of at most {POLL_CHUNKS} chunks reads before it sleeps in the compiled engine (INC's "
+                         f"and the ring's; default {DEFAULT_SPIN})")
+    ap.add_argument("--spin-large", type=float, default=DEFAULT_SPIN_LARGE, metavar="SECONDS",
+                    help=f"the same for a larger call (default {DEFAULT_SPIN_LARGE})")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     peers = args.peers.split(",")
@@ -138,10 +141,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         inc = Worker(JobConfig(args.job_id, args.rank, n, window=args.window, timeout=args.timeout,
                                elements_per_packet=args.elements_per_packet, engine=args.engine, spin=args.spin,
-                               eager_rounds=args.eager_rounds, window_acks=args.window_acks), UdpTransport())
+                               spin_large=args.spin_large, eager_rounds=args.eager_rounds, window_acks=args.window_acks), UdpTransport())
         ring = RingWorker(RingConfig(args.job_id, args.rank, n, window=args.window, timeout=args.timeout,
                                      elements_per_packet=args.elements_per_packet, engine=args.engine,
-                                     spin=args.spin),
+                                     spin=args.spin, spin_large=args.spin_large),
                           UdpPeerTransport([(ip, RING_PORT) for ip in peers]))
     except (ValueError, OSError) as err:
         ap.error(str(err))

@@ -27,7 +27,7 @@ from hosts.inc import (COLL_ALLREDUCE, COLL_BARRIER, COLL_BROADCAST, COLL_REDUCE
                        FLAG_RETRANSMIT, FLAG_WINDOW_ACKS, INC_K, MAX_WINDOW, MAX_WORKERS, OP_ACK, OP_CONTRIB,
                        OP_JOIN, OP_RESULT, OP_WINDOW_ACK, REDUCE_SUM, WINDOW_ACK_ANSWERED, IncFormatError, IncHeader,
                        check_elements_per_packet, elements_view, pack_header, unpack_header, with_flags)
-from hosts.engine import DEFAULT_SPIN
+from hosts.engine import DEFAULT_SPIN, DEFAULT_SPIN_LARGE
 from hosts.pacing import CongestionWindow, RtoEstimator
 from hosts.transport import Transport, UdpTransport
 
@@ -70,7 +70,8 @@ class JobConfig:
     min_rto: float = 0.02        # bounds of the measured retransmission timeout, seconds
     max_rto: float = 2.0
     give_up_after: float = 30.0  # seconds a chunk may wait for its result before IncTimeoutError
-    spin: float = DEFAULT_SPIN   # seconds the compiled engine reads before it sleeps
+    spin: float = DEFAULT_SPIN   # seconds a call of at most POLL_CHUNKS chunks reads before it sleeps (compiled engine)
+    spin_large: float = DEFAULT_SPIN_LARGE   # ... and a larger call (hosts.engine.spin_for)
     exponent_slack: int = quantize.EXPONENT_SLACK   # floats: redo a chunk whose exponent was this much too big
     exponent_margin: int = 1     # float32: guess one binade above the exponent agreed for a neighbour
     elements_per_packet: int = INC_K   # K: the job's elements per packet, as its switch program was built
@@ -97,8 +98,9 @@ class JobConfig:
         if not 0 < self.min_rto <= self.max_rto or self.timeout <= 0:
             raise ValueError(f"need timeout > 0 and 0 < min_rto <= max_rto, not {self.timeout}, "
                              f"{self.min_rto} and {self.max_rto}")
-        if not 0 <= self.spin < self.give_up_after:
-            raise ValueError(f"spin must be 0 or more seconds, less than give_up_after, not {self.spin}")
+        if not (0 <= self.spin < self.give_up_after and 0 <= self.spin_large < self.give_up_after):
+            raise ValueError(f"spin and spin_large must be 0 or more seconds, less than give_up_after, "
+                             f"not {self.spin} and {self.spin_large}")
         if not self.give_up_after > 0:
             raise ValueError(f"give_up_after must be positive seconds, not {self.give_up_after}")
         if self.exponent_slack < 0 or self.exponent_margin < 0:
@@ -674,7 +676,8 @@ class _IncEngine:
         e.fd = transport.sock.fileno()
         e.agg_addr, e.agg_port = engine.address(*transport.aggregator)
         e.job_id, e.worker_id, e.num_workers = cfg.job_id, cfg.worker_id, cfg.num_workers
-        e.window, e.k, e.give_up_after, e.spin = cfg.window, cfg.elements_per_packet, cfg.give_up_after, cfg.spin
+        e.window, e.k, e.give_up_after = cfg.window, cfg.elements_per_packet, cfg.give_up_after
+        e.spin, e.spin_large = cfg.spin, cfg.spin_large
         e.exponent_slack, e.exponent_margin = cfg.exponent_slack, cfg.exponent_margin
         e.eager_rounds, e.window_acks = cfg.eager_rounds, cfg.window_acks
         rto, cwnd = worker.rto, worker.cwnd

@@ -38,7 +38,7 @@ import numpy as np
 from hosts import numerics
 from hosts.agent import IncError, IncTimeoutError, JobConfig, Worker
 from hosts.fallback import FallbackAllReduce, FallbackEvent, ring_reduce
-from hosts.engine import DEFAULT_SPIN, ENGINES, spin_for
+from hosts.engine import DEFAULT_SPIN, DEFAULT_SPIN_LARGE, ENGINES, spin_for
 from hosts.inc import AGG_IP, INC_K, INC_PORT, check_elements_per_packet
 from hosts.pool import Lease, PoolRefused, request_slots
 from hosts.ring import RingConfig, RingWorker
@@ -127,14 +127,16 @@ class Options:
     pool: str | None = None                       # P4INC_POOL=HOST:PORT|unix:PATH: ask the slot pool for a job
     elements_per_packet: int = INC_K              # P4INC_ELEMENTS_PER_PACKET: as the job's switch program was built
     engine: str = "c"                             # P4INC_ENGINE: c (compiled, where it builds) or python
-    spin: float = DEFAULT_SPIN                    # P4INC_SPIN_US: the engine reads this long before it sleeps; from
-                                                  # the environment, default spin_for(the launcher's ranks here)
+    spin: float = DEFAULT_SPIN                    # P4INC_SPIN_US: a call of at most POLL_CHUNKS chunks reads this long
+                                                  # before it sleeps; default spin_for(the launcher's ranks here)
+    spin_large: float = DEFAULT_SPIN_LARGE        # P4INC_SPIN_LARGE_US: a larger call; default likewise
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> Options:
         env = os.environ if environ is None else environ
         try:
             host, _, port = env.get("P4INC_AGGREGATOR", AGG_IP).partition(":")
+            spin = spin_for(int(env.get("LOCAL_WORLD_SIZE") or env.get("OMPI_COMM_WORLD_LOCAL_SIZE") or 1))
             return cls(job_id=int(env.get("P4INC_JOB_ID", DEFAULT_JOB_ID)),
                        aggregator=(host, int(port) if port else INC_PORT),
                        inc_port=int(env["P4INC_PORT"]) if env.get("P4INC_PORT") else None,
@@ -147,8 +149,9 @@ class Options:
                        pool=env.get("P4INC_POOL") or None,
                        elements_per_packet=int(env.get("P4INC_ELEMENTS_PER_PACKET", cls.elements_per_packet)),
                        engine=env.get("P4INC_ENGINE", cls.engine),
-                       spin=float(env["P4INC_SPIN_US"]) / 1e6 if env.get("P4INC_SPIN_US")
-                       else spin_for(int(env.get("LOCAL_WORLD_SIZE") or env.get("OMPI_COMM_WORLD_LOCAL_SIZE") or 1)))
+                       spin=float(env["P4INC_SPIN_US"]) / 1e6 if env.get("P4INC_SPIN_US") else spin.small,
+                       spin_large=float(env["P4INC_SPIN_LARGE_US"]) / 1e6 if env.get("P4INC_SPIN_LARGE_US")
+                       else spin.large)
         except ValueError as e:
             raise DistError(f"a P4INC_* variable is malformed: {e}") from None
 
@@ -159,8 +162,9 @@ class Options:
             raise DistError(f"P4INC_ELEMENTS_PER_PACKET: {e}") from None
         if self.engine not in ENGINES:
             raise DistError(f"P4INC_ENGINE must be one of {', '.join(ENGINES)}, not {self.engine!r}")
-        if not 0 <= self.spin < 1:
-            raise DistError(f"P4INC_SPIN_US must be 0 to 999999 microseconds, not {1e6 * self.spin:g}")
+        for name, value in (("P4INC_SPIN_US", self.spin), ("P4INC_SPIN_LARGE_US", self.spin_large)):
+            if not 0 <= value < 1:
+                raise DistError(f"{name} must be 0 to 999999 microseconds, not {1e6 * value:g}")
 
 
 @dataclass
@@ -368,7 +372,7 @@ def new_group(backend: str = "auto", env: LaunchEnv | None = None, options: Opti
         ring_config = RingConfig(options.job_id, env.rank, env.world_size, window=options.window,
                                  timeout=options.timeout, max_retries=options.max_retries,
                                  elements_per_packet=options.elements_per_packet, engine=options.engine,
-                                 spin=options.spin)
+                                 spin=options.spin, spin_large=options.spin_large)
         if backend in ("auto", "inc") and refusal is None:
             inc = _probe_inc(env, options, backend == "auto")
             if all(rendezvous.all_gather(inc is not None)):
@@ -646,7 +650,7 @@ def _probe_inc(env: LaunchEnv, options: Options, quick: bool) -> Worker | None:
                        give_up_after=options.give_up_after, max_rto=options.max_rto,
                        min_rto=min(JobConfig.min_rto, options.max_rto),
                        elements_per_packet=options.elements_per_packet, engine=options.engine,
-                       spin=options.spin)
+                       spin=options.spin, spin_large=options.spin_large)
     try:
         probe = Worker(dataclasses.replace(config, timeout=min(config.timeout, options.probe_timeout / 4),
                                            give_up_after=options.probe_timeout) if quick else config, transport)

@@ -24,7 +24,7 @@ import numpy as np
 
 from hosts import engine, numerics
 from hosts.agent import IncTimeoutError
-from hosts.engine import DEFAULT_SPIN
+from hosts.engine import DEFAULT_SPIN, DEFAULT_SPIN_LARGE
 from hosts.inc import (FLAG_ACK_NOW, INC_K, MAX_WORKERS, OP_RING, OP_RING_ACK, IncFormatError, IncHeader,
                        check_elements_per_packet, pack, unpack)
 from hosts.pacing import CongestionWindow, RtoEstimator
@@ -48,7 +48,8 @@ class RingConfig:
     ack_delay: float | None = None   # longest an in-order chunk waits for its ack (default: timeout / 4)
     elements_per_packet: int = INC_K     # K: a chunk's elements, as INC's packets of the same job
     engine: str = "c"                    # as JobConfig.engine: the compiled engine on a UDP socket, or Python
-    spin: float = DEFAULT_SPIN           # as JobConfig.spin: seconds a call reads before it sleeps
+    spin: float = DEFAULT_SPIN           # as JobConfig.spin: seconds a small call reads before it sleeps
+    spin_large: float = DEFAULT_SPIN_LARGE   # ... and a larger call
 
     def __post_init__(self) -> None:
         check_elements_per_packet(self.elements_per_packet)
@@ -62,8 +63,9 @@ class RingConfig:
             raise ValueError(f"window must be 1..{self.sack_seqs}, timeout positive, max_retries not negative")
         if self.max_rto < 2 * self.ack_delay_s:
             raise ValueError(f"max_rto must be at least twice the ack delay ({2 * self.ack_delay_s:g} s)")
-        if not 0 <= self.spin < self.timeout * (self.max_retries + 1):
-            raise ValueError(f"spin must be 0 or more seconds, shorter than a stall, not {self.spin}")
+        if not all(0 <= s < self.timeout * (self.max_retries + 1) for s in (self.spin, self.spin_large)):
+            raise ValueError(f"spin and spin_large must be 0 or more seconds, shorter than a stall, "
+                             f"not {self.spin} and {self.spin_large}")
         if self.ack_every is not None and self.ack_every < 1:
             raise ValueError(f"ack_every must be at least 1, not {self.ack_every}")
         if self.ack_delay is not None and not 0 <= self.ack_delay < self.timeout:
@@ -496,7 +498,8 @@ class _RingEngine:
             "fd": transport.sock.fileno(), "job_id": cfg.job_id, "rank": cfg.rank, "num_workers": cfg.num_workers,
             "window": cfg.window, "k": cfg.elements_per_packet, "timeout": cfg.timeout, "ack_delay": cfg.ack_delay_s,
             "max_retries": cfg.max_retries, "chunks_per_ack": cfg.chunks_per_ack, "max_rto": cfg.max_rto,
-            "spin": cfg.spin, "peer_count": len(peers), "peer_addrs": self._peer_addrs, "peer_ports": self._peer_ports})
+            "spin": cfg.spin, "spin_large": cfg.spin_large,
+            "peer_count": len(peers), "peer_addrs": self._peer_addrs, "peer_ports": self._peer_ports})
         error = ffi.new("char[]", 200)
         r = lib.ring_new(config, error, len(error))
         if r == ffi.NULL:

@@ -18,7 +18,7 @@ import numpy as np
 
 from hosts.agent import IncError, JobConfig, Worker
 from hosts.args import address, non_negative_float, output_file, port
-from hosts.engine import DEFAULT_SPIN, ENGINES
+from hosts.engine import DEFAULT_SPIN, DEFAULT_SPIN_LARGE, ENGINES, POLL_CHUNKS
 from hosts.inc import AGG_IP, INC_K, INC_PORT, MAX_ELEMENTS, RING_PORT
 from hosts.matrix import COLLECTIVES, call_collective, run_matrix
 from hosts.numerics import REDUCE_DTYPES, SUM_DTYPES, SumCheck, check_sum
@@ -136,8 +136,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="c: the compiled engine (default; where it cannot be built, python, and a log line "
                         "says why); python: the reference path. Both send the same packets")
     p.add_argument("--spin", type=non_negative_float, default=DEFAULT_SPIN, metavar="SECONDS",
-                   help=f"seconds the compiled engine reads before it sleeps (default {DEFAULT_SPIN:g}); give 0 "
-                        "where this machine's workers outnumber its cores: they need the cores to run")
+                   help=f"seconds a call of at most {POLL_CHUNKS} chunks reads before it sleeps in the compiled engine "
+                        f"(default {DEFAULT_SPIN:g}); give 0 where this machine's workers are more than twice its "
+                        "cores: they need the cores to run")
+    p.add_argument("--spin-large", type=non_negative_float, default=DEFAULT_SPIN_LARGE, metavar="SECONDS",
+                   help=f"the same for a larger call (default {DEFAULT_SPIN_LARGE:g}); give 0 where this machine's "
+                        "workers outnumber its cores")
     p.add_argument("--elements-per-packet", type=int, default=INC_K, metavar="K",
                    help="the job's elements per packet, as the controller recorded it from the switch program "
                         f"(default {INC_K}); every worker of the job must use the same")
@@ -285,7 +289,8 @@ def make_worker(args: argparse.Namespace) -> Worker | RingWorker:
         try:
             config = RingConfig(args.job_id, args.worker_id, args.workers, window=args.window,
                                 timeout=timeout, max_retries=args.max_retries,
-                                elements_per_packet=args.elements_per_packet, engine=args.engine, spin=args.spin)
+                                elements_per_packet=args.elements_per_packet, engine=args.engine, spin=args.spin,
+                                spin_large=args.spin_large)
         except ValueError:
             transport.close()
             raise
@@ -294,7 +299,8 @@ def make_worker(args: argparse.Namespace) -> Worker | RingWorker:
                        timeout=JobConfig.timeout if args.timeout is None else args.timeout / 1000,
                        max_rto=args.max_rto / 1000, give_up_after=args.give_up_after,
                        elements_per_packet=args.elements_per_packet, engine=args.engine,
-                       eager_rounds=args.eager_rounds, window_acks=args.window_acks, spin=args.spin)
+                       eager_rounds=args.eager_rounds, window_acks=args.window_acks, spin=args.spin,
+                       spin_large=args.spin_large)
     port = INC_PORT if args.port is None else args.port
     return Worker(config, UdpTransport(args.aggregator, (args.bind, port), args.interface))
 

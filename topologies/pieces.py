@@ -156,13 +156,14 @@ def _run_workers(fabric: Fabric, job: JobSpec, args: list[list[str]],
         if any(t != str(k) for t in told):
             raise PieceError(f"worker {w} of job {job.job_id} was to run with --elements-per-packet {told[-1]}, but "
                              f"the switch program the controller installed the job on carries {k} elements per packet")
+    spin = spin_for(len(job.workers))
     procs: list[tuple[int, str, subprocess.Popen]] = []
     try:
         for w, (host, worker_args) in enumerate(zip(job.workers, args)):
             cmd = [sys.executable, "-m", "hosts.worker", "--job-id", str(job.job_id), "--worker-id", str(w),
                    "--workers", str(len(job.workers)), "--elements-per-packet", str(k),
-                   "--interface", fabric.topo.hosts[host].intf, "--spin", str(spin_for(len(job.workers))),
-                   *worker_args]
+                   "--interface", fabric.topo.hosts[host].intf, "--spin", str(spin.small),
+                   "--spin-large", str(spin.large), *worker_args]
             procs.append((w, host, fabric.popen(host, cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE,
                                                 stderr=subprocess.PIPE, text=True)))
         deadline = time.monotonic() + timeout_s

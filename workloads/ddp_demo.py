@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.write_text(json.dumps({
         "workers": args.workers, "width": args.width, "steps": args.steps, "gradient_mib": gradient_mib,
         "target": args.target, "mtu": args.mtu, "elements_per_packet": args.elements_per_packet,
-        "window": STAR_WINDOW, "spin_s": spin_for(args.workers), "median_step_s": median,
+        "window": STAR_WINDOW, "spin_s": spin_for(args.workers)._asdict(), "median_step_s": median,
         "max_param_difference": apart, "correct": correct,
         "step_s": {b: runs[b][0]["step_s"].tolist() for b in BACKENDS}}, indent=2))
     print(f"wrote {args.out}")

@@ -96,10 +96,12 @@ def rank_envs(fabric: Fabric) -> list[dict[str, str]]:
     job = fabric.topo.jobs[0]
     hosts = [fabric.topo.hosts[h] for h in job.workers]
     k = job_elements_per_packet(fabric.options.topology_path, job.job_id)
+    spin = spin_for(len(hosts))
     return [{**ONE_THREAD, "RANK": str(rank), "WORLD_SIZE": str(len(hosts)), "LOCAL_RANK": "0",
              "MASTER_ADDR": hosts[0].address, "MASTER_PORT": str(MASTER_PORT), "GLOO_SOCKET_IFNAME": host.intf,
              "P4INC_INTERFACE": host.intf, "P4INC_JOB_ID": str(job.job_id), "P4INC_ELEMENTS_PER_PACKET": str(k),
-             "P4INC_WINDOW": str(STAR_WINDOW), "P4INC_SPIN_US": f"{1e6 * spin_for(len(hosts)):g}"}
+             "P4INC_WINDOW": str(STAR_WINDOW), "P4INC_SPIN_US": f"{1e6 * spin.small:g}",
+             "P4INC_SPIN_LARGE_US": f"{1e6 * spin.large:g}"}
             for rank, host in enumerate(hosts)]
 
 

@@ -46,7 +46,7 @@ typedef struct {
     uint16_t agg_port;
     int job_id, worker_id, num_workers, window, k;
     double give_up_after;
-    double spin;                     /* seconds to keep reading for results before sleeping (JobConfig.spin) */
+    double spin, spin_large;         /* seconds a call of <= POLL_CHUNKS chunks / a larger one reads before sleeping */
     int exponent_slack, exponent_margin;
     int eager_rounds;                /* JobConfig.eager_rounds: may use eager Broadcast rounds */
     int window_acks;                 /* JobConfig.window_acks: may have Reduce calls acknowledged by their roots */
@@ -102,7 +102,7 @@ typedef struct {
     double timeout, ack_delay;
     int64_t max_retries, chunks_per_ack;
     double max_rto;
-    double spin;                     /* seconds a call reads before sleeping (RingConfig.spin) */
+    double spin, spin_large;         /* as inc_engine's (RingConfig.spin, spin_large) */
     int64_t peer_count;
     const uint32_t *peer_addrs;      /* network order, peer_count of them */
     const uint16_t *peer_ports;

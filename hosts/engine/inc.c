@@ -653,8 +653,8 @@ static void exchange(call_t *t)
         if (t->window_acks && drained)
             send_window_acks(t, 1);      /* about to wait: first what the others may wait for */
         t0 = eng_now();
-        int got = recv_some(t->in, e->fd, fmax(0.0, wake - t0), -1, drained, e->spin,
-                            t->in_flight >= COALESCE_MIN);
+        double spin = t->m <= POLL_CHUNKS ? e->spin : e->spin_large;
+        int got = recv_some(t->in, e->fd, fmax(0.0, wake - t0), -1, drained, spin, t->in_flight >= COALESCE_MIN);
         drained = got < BATCH;
         int progress = 0;
         for (int i = 0; i < got; i++) {

@@ -96,7 +96,7 @@ def test_bench_in_mininet_writes_checked_runs_for_inc_ring_and_mpi(tmp_path, fab
     # Every point records the CPU all workers' processes spent per call (MPI's ranks too).
     assert all(len(r["cpu_s"]) == len(r["times_s"]) and r["cpu_per_call_s"] > 0 for r in runs)
     # Two workers share this machine's cores: they spin if each has one (hosts.engine.spin_for).
-    assert result["config"]["spin_s"] == {"2": spin_for(2)}
+    assert result["config"]["spin_s"] == {"2": spin_for(2)._asdict()}
     assert result["environment"]["versions"]["p4inc"] == head.stdout.strip()
     assert isinstance(result["environment"]["dirty"], bool)
 

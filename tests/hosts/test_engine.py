@@ -405,15 +405,19 @@ def test_a_job_that_declines_window_acks_acknowledges_nothing(compiled: None, pr
 
 
 def test_an_engine_that_spins_before_sleeping_sends_the_same_packets(compiled: None, program: Program) -> None:
-    """JobConfig.spin changes when the engine sleeps, not what it sends or gets: under loss, C
-    workers that read for 2 ms before each sleep agree with the Python path bit for bit."""
-    calls = matrix_calls()[:12]
-    runs = [run_job(program, ["python"] * N, calls, LOSSY), run_job(program, ["c"] * N, calls, LOSSY, spin=0.002)]
+    """JobConfig.spin and spin_large change when the engine sleeps, not what it sends or gets:
+    under loss, C workers that read for 2 ms (small calls) or 1 ms (larger ones) before each
+    sleep agree with the Python path bit for bit."""
+    large = inputs(99, (engine.POLL_CHUNKS + 1) * INC_K, np.dtype(np.float32))      # polls spin_large
+    calls = matrix_calls()[:12] + [lambda wk, w: wk.allreduce(large[w])]
+    runs = [run_job(program, ["python"] * N, calls, LOSSY),
+            run_job(program, ["c"] * N, calls, LOSSY, spin=0.002, spin_large=0.001)]
     assert runs[1].engines == ["c"] * N
     assert_jobs_agree(runs)
     assert all(resent > 0 for run in runs for resent in run.resent), "the loss was not exercised"
-    with pytest.raises(ValueError, match="spin must be"):
-        JobConfig(1, 0, 2, spin=-0.001)
+    for bad in ({"spin": -0.001}, {"spin_large": -0.001}):
+        with pytest.raises(ValueError, match="spin and spin_large must be"):
+            JobConfig(1, 0, 2, **bad)
 
 
 @pytest.mark.parametrize("k", [1, 7, 64])

@@ -17,7 +17,7 @@ import pytest
 
 from hosts import dist
 from hosts.dist import DistError, LaunchEnv, Options, ReduceOp
-from hosts.engine import DEFAULT_SPIN, unavailable
+from hosts.engine import DEFAULT_SPIN, DEFAULT_SPIN_LARGE, unavailable
 from hosts.inc import INC_K
 from tests.workloads.aggregator import LoopbackAggregator
 from workloads.decoder import DecoderConfig, compare, prompt_tokens, reference_generate
@@ -138,14 +138,21 @@ def test_elements_per_packet_and_engine_come_from_p4inc_variables():
 
 def test_the_spin_follows_the_ranks_that_share_the_machines_cores(monkeypatch):
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
-    assert Options.from_environ({}).spin == DEFAULT_SPIN                   # one rank here: its own core
-    assert Options.from_environ({"LOCAL_WORLD_SIZE": "2"}).spin == DEFAULT_SPIN
-    assert Options.from_environ({"LOCAL_WORLD_SIZE": "3"}).spin == 0.0      # torchrun's count
-    assert Options.from_environ({"OMPI_COMM_WORLD_LOCAL_SIZE": "8"}).spin == 0.0    # mpirun's
-    assert Options.from_environ({"LOCAL_WORLD_SIZE": "8", "P4INC_SPIN_US": "250"}).spin == pytest.approx(250e-6)
-    for bad in ("-1", "1e6", "x"):
-        with pytest.raises(DistError, match="P4INC_SPIN_US|malformed"):
-            Options.from_environ({"P4INC_SPIN_US": bad})
+    def spins(env):
+        options = Options.from_environ(env)
+        return options.spin, options.spin_large
+
+    assert spins({}) == (DEFAULT_SPIN, DEFAULT_SPIN_LARGE)                     # one rank here: its own core
+    assert spins({"LOCAL_WORLD_SIZE": "2"}) == (DEFAULT_SPIN, DEFAULT_SPIN_LARGE)
+    assert spins({"LOCAL_WORLD_SIZE": "4"}) == (DEFAULT_SPIN, 0.0)             # torchrun's: small calls poll
+    assert spins({"LOCAL_WORLD_SIZE": "5"}) == (0.0, 0.0)
+    assert spins({"OMPI_COMM_WORLD_LOCAL_SIZE": "8"}) == (0.0, 0.0)            # mpirun's
+    assert spins({"LOCAL_WORLD_SIZE": "8", "P4INC_SPIN_US": "250", "P4INC_SPIN_LARGE_US": "50"}) == (
+        pytest.approx(250e-6), pytest.approx(50e-6))
+    for name in ("P4INC_SPIN_US", "P4INC_SPIN_LARGE_US"):
+        for bad in ("-1", "1e6", "x"):
+            with pytest.raises(DistError, match=f"{name}|malformed"):
+                Options.from_environ({name: bad})
 
 @pytest.mark.parametrize("engine", ["c", "python"])
 @pytest.mark.parametrize("backend", ["inc", "ring"])
