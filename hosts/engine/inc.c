@@ -106,6 +106,13 @@ static int root_of(const call_t *t, int64_t chunk)
     return t->c->roots ? t->c->roots[chunk] : 0;
 }
 
+/* Whether this worker gets the chunk's sum: a Reduce's (and ReduceScatter's) other chunks come
+   back as header-only ACKs, and their sums stay zeros. */
+static int gets_sum(const call_t *t, int64_t chunk)
+{
+    return t->c->collective != COLL_REDUCE || root_of(t, chunk) == t->e->worker_id;
+}
+
 static int sends_data(const call_t *t, int64_t chunk)
 {
     if (t->c->collective == COLL_BROADCAST)
@@ -770,14 +777,28 @@ static void finish_float(call_t *t)
         return;
     }
     /* The sums, exact in doubles, rounded once into the dtype; each input fits its dtype, their
-       sum need not (N values near 2^127, or beyond float16's 65504). */
-    eng_dequantize(t->sums, t->m, t->k, t->used, e->num_workers, t->values);   /* the inputs are sent */
-    eng_narrow(c->dtype, t->values, c->size, c->out);
-    eng_widen(c->dtype, c->out, c->size, t->values);     /* which rounded sums are finite */
-    for (int64_t i = 0; i < c->size; i++) {
-        if (!isfinite(t->values[i])) {
-            c->bad_chunks[c->bad_count++] = i / t->k;
-            i = (i / t->k + 1) * t->k - 1;               /* on to the next chunk */
+       sum need not (N values near 2^127, or beyond float16's 65504). Only the chunks whose sums
+       came to this worker: in a ReduceScatter, 1/N of them. */
+    size_t width = c->dtype == ENG_DTYPE_FLOAT32 ? 4 : 2;
+    for (int64_t j0 = 0, j1; j0 < t->m; j0 = j1) {
+        int mine = gets_sum(t, j0);
+        for (j1 = j0 + 1; j1 < t->m && gets_sum(t, j1) == mine; j1++)
+            ;
+        int64_t from = j0 * t->k, count = (j1 == t->m ? c->size : j1 * t->k) - from;
+        uint8_t *out = (uint8_t *)c->out + (size_t)from * width;
+        if (!mine) {
+            memset(out, 0, (size_t)count * width);      /* +0.0, as the zero sums of an ACK give */
+            continue;
+        }
+        double *values = t->values + from;               /* the inputs are sent: reused */
+        eng_dequantize(t->sums + from, j1 - j0, t->k, t->used + j0, e->num_workers, values);
+        eng_narrow(c->dtype, values, count, out);
+        eng_widen(c->dtype, out, count, values);         /* which rounded sums are finite */
+        for (int64_t i = from; i < from + count; i++) {
+            if (!isfinite(t->values[i])) {
+                c->bad_chunks[c->bad_count++] = i / t->k;
+                i = (i / t->k + 1) * t->k - 1;           /* on to the next chunk */
+            }
         }
     }
     if (c->bad_count)
