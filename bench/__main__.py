@@ -95,13 +95,13 @@ class Trials:
         self.plan = plan
         self.k = job_elements_per_packet(fabric.options.topology_path, job.job_id)   # ring chunks follow it
         self.logs: dict[int, Path] = {}      # by pid: where each process's stderr goes
+        spin = plan.spin_for(len(job.workers))
         self.procs = [
             self._start(fabric, host, f"bench-{host}", [
                 sys.executable, "-m", "bench.worker", "--job-id", str(job.job_id), "--rank", str(rank),
                 "--peers", peers, "--window", str(plan.window), "--timeout", str(plan.timeout),
                 "--elements-per-packet", str(self.k), "--engine", plan.engine,
-                "--spin", str(plan.spin_for(len(job.workers)).small),
-                "--spin-large", str(plan.spin_for(len(job.workers)).large),
+                "--spin", str(spin.small), "--spin-large", str(spin.large),
                 "--eager-rounds" if plan.eager_rounds else "--no-eager-rounds",
                 "--window-acks" if plan.window_acks else "--no-window-acks"])
             for rank, host in enumerate(job.workers)]

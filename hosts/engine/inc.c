@@ -590,6 +590,7 @@ static void exchange(call_t *t)
     double last_progress = eng_now();
     double wake = INFINITY;          /* no timer is due before it; a stale one only wakes the loop early */
     int drained = 0;                 /* the last read emptied the socket */
+    double spin = call_spin(t->m, e->spin, e->spin_large);
     stats->setup_s = last_progress - t->started;
     for (;;) {
         /* Item j reuses item j - window's slot: it may go once items up to that one are answered. */
@@ -660,7 +661,6 @@ static void exchange(call_t *t)
         if (t->window_acks && drained)
             send_window_acks(t, 1);      /* about to wait: first what the others may wait for */
         t0 = eng_now();
-        double spin = t->m <= POLL_CHUNKS ? e->spin : e->spin_large;
         int got = recv_some(t->in, e->fd, fmax(0.0, wake - t0), -1, drained, spin, t->in_flight >= COALESCE_MIN);
         drained = got < BATCH;
         int progress = 0;

@@ -25,6 +25,13 @@
 #define COALESCE_S 300e-6
 #define COALESCE_MIN 16
 
+/* Seconds a call of `chunks` chunks reads before it sleeps: `spin` for one of at most POLL_CHUNKS
+   (its results are due within about a round trip), else `spin_large` (hosts/engine spin_for). */
+static inline double call_spin(int64_t chunks, double spin, double spin_large)
+{
+    return chunks <= POLL_CHUNKS ? spin : spin_large;
+}
+
 double eng_now(void);
 
 void rto_init(eng_rto *r, double initial, double min_rto, double max_rto);

@@ -325,7 +325,7 @@ static int wait_until(ring_engine *r, ring_call *c, int for_acks, int64_t want_s
         /* What the call waits for: acks of a full window, or the chunks still to come. */
         int64_t due = for_acks ? r->unacked_count : want_seq - r->cumulative;
         receive(r, &r->in, fmax(0.0, fmin(wake, since + limit) - now), r->call_fd,
-                c->chunk_count <= POLL_CHUNKS ? r->cfg.spin : r->cfg.spin_large, due >= COALESCE_MIN);
+                call_spin(c->chunk_count, r->cfg.spin, r->cfg.spin_large), due >= COALESCE_MIN);
         drain(r->call_fd);
         now = eng_now();
         if (r->cumulative != seen[0] || r->stored != seen[1] || r->unacked_count != seen[2]) {
