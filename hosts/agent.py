@@ -179,9 +179,9 @@ class Worker:
     config: JobConfig
     transport: Transport
     next_seq: int = 0
-    last_stats: CallStats | None = None
-    rto: RtoEstimator = field(init=False)
-    cwnd: CongestionWindow = field(init=False)
+    _last_stats: CallStats | None = field(default=None, init=False, repr=False)
+    _rto: RtoEstimator = field(init=False, repr=False)
+    _cwnd: CongestionWindow = field(init=False, repr=False)
     _bases: list[np.ndarray] = field(default_factory=list, repr=False)   # float calls' agreed exponents (_remember)
     # When the first result ever came: until then every peer may still be starting up.
     _live_since: float = field(default=math.inf, repr=False)
@@ -196,19 +196,42 @@ class Worker:
     # maybe still in the call before), by unwrapped seq: at most a window of them (_keep_early).
     _early: dict[int, bytes] = field(default_factory=dict, repr=False)
     # The compiled engine, if this worker uses it: then it keeps the timers, the window, the
-    # last float calls' exponents and the first result's time, and `rto` and `cwnd` are
-    # copies of its state, refreshed after each call.
+    # last float calls' exponents and the first result's time, and `rto`, `cwnd` and
+    # `last_stats` are copies of its state, read from it when asked for after a call.
     _engine: "_IncEngine | None" = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         cfg = self.config
-        self.rto = RtoEstimator(initial=cfg.timeout, min_rto=cfg.min_rto, max_rto=cfg.max_rto)
+        self._rto = RtoEstimator(initial=cfg.timeout, min_rto=cfg.min_rto, max_rto=cfg.max_rto)
         # Never fewer in flight than fast retransmit needs to see a loss (a lost chunk and
         # REORDER_THRESHOLD results after it): a window of 1 would turn every random loss into
         # a whole RTO of silence (at a tenth of BMv2's speed, 19 RTOs of ~0.2 s in one 64 KiB call).
-        self.cwnd = CongestionWindow(cfg.window, minimum=min(cfg.window, REORDER_THRESHOLD + 1))
+        self._cwnd = CongestionWindow(cfg.window, minimum=min(cfg.window, REORDER_THRESHOLD + 1))
         if cfg.engine == "c" and type(self.transport) is UdpTransport and engine.unavailable() is None:
             self._engine = _IncEngine(self)
+
+    def _read_engine(self) -> None:
+        """After a compiled call, copy what it left (its stats, the timer, the window) once asked."""
+        if self._engine is not None and self._engine.unread:
+            self._last_stats = self._engine.read_stats()
+
+    @property
+    def last_stats(self) -> CallStats | None:
+        """The last call's counts and times (None before the first call)."""
+        self._read_engine()
+        return self._last_stats
+
+    @property
+    def rto(self) -> RtoEstimator:
+        """The retransmission timer's estimator, carried from call to call."""
+        self._read_engine()
+        return self._rto
+
+    @property
+    def cwnd(self) -> CongestionWindow:
+        """The congestion window, carried from call to call."""
+        self._read_engine()
+        return self._cwnd
 
     @property
     def engine(self) -> str:
@@ -621,7 +644,7 @@ class Worker:
         stats.final_rto_s = self.rto.rto
         stats.final_window = self.cwnd.cwnd
         stats.total_s = time.monotonic() - call.started
-        self.last_stats = stats
+        self._last_stats = stats
 
 
 # A Reduce its roots acknowledge ends on their window ACKs, one more trip through the switch after
@@ -691,6 +714,7 @@ class _IncEngine:
         self.k = cfg.elements_per_packet
         self.bad = np.empty(0, np.int64)          # the chunks an error names, grown as calls need
         self.bad_c = ffi.NULL
+        self.unread = False                       # a call ran whose stats the worker has not copied
 
     def run(self, kind: int, array: np.ndarray, roots: np.ndarray | None, collective: int,
             reduce_op: int) -> np.ndarray:
@@ -707,27 +731,19 @@ class _IncEngine:
         c.kind, c.dtype, c.collective, c.reduce_op = kind, engine.DTYPES[data.dtype], collective, reduce_op
         c.window_acks_pay = collective == COLL_REDUCE and _window_acks_pay(chunks, roots)
         c.data, c.out, c.roots, c.bad_chunks, c.size = data_c, out_c, roots_c, self.bad_c, data.size
-        rto, counters = self.rto, self.counters
-        waits, dropped, samples = counters.waits, counters.dropped, rto.samples
         e.next_seq = worker.next_seq
         status = self.lib.inc_run(e, c)
         worker.next_seq = e.next_seq
-        self._refresh(worker)
-        waits, dropped = counters.waits - waits, counters.dropped - dropped
-        if waits or dropped:
-            sent = worker.transport.counters
-            sent.waits += waits
-            sent.dropped += dropped
-            if dropped:
-                sent.last_error = f"{os.strerror(counters.last_errno)} (errno {counters.last_errno})"
+        # A small call's few microseconds of Python matter (each worker's, on shared cores): the
+        # worker's `last_stats`, `rto` and `cwnd` are read from the engine only when asked for.
+        self.unread = True
         st = self.stats
-        worker.last_stats = CallStats(
-            _dtype_name(array.dtype), data.size, chunks, st.packets_sent, st.retransmits, st.fast_retransmits,
-            st.timeouts, st.results, st.duplicate_results, st.early_results, st.early_drops, st.redone_chunks,
-            waits, dropped, rto.samples - samples,
-            worker.rto.srtt, st.first_result_s if st.has_first_result else None, worker.rto.rto, worker.cwnd.cwnd,
-            st.setup_s, st.exponent_s, st.send_s, st.wait_s, st.retransmit_s, st.finish_s, st.total_s,
-            window_acks=st.window_acks)
+        if st.send_waits or st.send_drops:
+            sent, counters = worker.transport.counters, self.counters
+            sent.waits += st.send_waits
+            sent.dropped += st.send_drops
+            if st.send_drops:
+                sent.last_error = f"{os.strerror(counters.last_errno)} (errno {counters.last_errno})"
         if status == 0:                       # ENG_OK
             return out
         return self._raise(status, array.dtype)
@@ -747,13 +763,23 @@ class _IncEngine:
             raise beyond_range(chunks, dtype, k)
         raise MemoryError("no memory for the compiled engine's call")
 
-    def _refresh(self, worker: Worker) -> None:
-        """The worker's `rto` and `cwnd`, as the engine left them."""
-        rto, cwnd, c_rto, c_cwnd = worker.rto, worker.cwnd, self.rto, self.cwnd
+    def read_stats(self) -> CallStats:
+        """The last call's CallStats, and the worker's `rto` and `cwnd` as the engine left them."""
+        self.unread = False
+        worker, c_rto, c_cwnd = self.worker, self.rto, self.cwnd
+        rto, cwnd = worker._rto, worker._cwnd
         rto.srtt = c_rto.srtt if c_rto.has_srtt else None
         rto.rttvar, rto.rto, rto.samples = c_rto.rttvar, c_rto.rto, c_rto.samples
         cwnd.cwnd, cwnd.ssthresh, cwnd.losses = c_cwnd.cwnd, c_cwnd.ssthresh, c_cwnd.losses
         cwnd._recover = c_cwnd.recover if c_cwnd.has_recover else None
+        c, st = self.call, self.stats
+        return CallStats(
+            engine.DTYPE_NAMES[c.dtype], c.size, -(-c.size // self.k), st.packets_sent, st.retransmits,
+            st.fast_retransmits, st.timeouts, st.results, st.duplicate_results, st.early_results, st.early_drops,
+            st.redone_chunks, st.send_waits, st.send_drops, st.rtt_samples, st.srtt_s if st.has_srtt else None,
+            st.first_result_s if st.has_first_result else None, st.final_rto_s, st.final_window,
+            st.setup_s, st.exponent_s, st.send_s, st.wait_s, st.retransmit_s, st.finish_s, st.total_s,
+            window_acks=st.window_acks)
 
 
 class _Call:

@@ -36,6 +36,7 @@ POLL_CHUNKS = 16
 DEFAULT_SPIN = 0.0005
 DEFAULT_SPIN_LARGE = 0.0001
 DTYPES = {np.dtype(np.int32): 0, np.dtype(np.float32): 1, np.dtype(np.float16): 2, BFLOAT16: 3}
+DTYPE_NAMES = {code: str(dtype) for dtype, code in DTYPES.items()}
 # The numbers C shares with Python, passed as -D flags (internal.h): one home for each.
 DEFINES = {"INC_VERSION": protocol.INC_VERSION, "INC_HEADER_SIZE": protocol.HEADER_SIZE, "POLL_CHUNKS": POLL_CHUNKS,
            **{name: getattr(protocol, name) for name in (
@@ -44,7 +45,7 @@ DEFINES = {"INC_VERSION": protocol.INC_VERSION, "INC_HEADER_SIZE": protocol.HEAD
                "COLL_BARRIER")},
            **{name: getattr(quantize, name) for name in ("EXPONENT_MIN", "EXPONENT_MAX", "WIRE_BITS", "KEPT_BASES")}}
 
-__all__ = ["BuildError", "POLL_CHUNKS", "DEFAULT_SPIN", "DEFAULT_SPIN_LARGE", "Spin", "spin_for", "ENGINES", "DTYPES",
+__all__ = ["BuildError", "POLL_CHUNKS", "DEFAULT_SPIN", "DEFAULT_SPIN_LARGE", "Spin", "spin_for", "ENGINES", "DTYPES", "DTYPE_NAMES",
            "DEFINES", "library", "unavailable", "address"]
 
 

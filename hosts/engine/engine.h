@@ -37,6 +37,10 @@ typedef struct {
     int64_t window_acks;             /* OP_WINDOW_ACKs sent (a Reduce's root) or taken (the others) */
     int has_first_result;
     double first_result_s, setup_s, exponent_s, send_s, wait_s, retransmit_s, finish_s, total_s;
+    /* after the call (inc_run): the transport's and the timers' share of it, and their state */
+    int64_t send_waits, send_drops, rtt_samples;
+    int has_srtt;
+    double srtt_s, final_rto_s, final_window;
 } eng_stats;
 
 /* One INC worker: its job (set once), its timers and window (carried from call to call). */

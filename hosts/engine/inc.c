@@ -825,7 +825,7 @@ static void finish_words(call_t *t)
 #define TAKE(ptr, count) \
     do { (ptr) = (void *)(arena + used); used += ((size_t)(count) * sizeof *(ptr) + 15) & ~(size_t)15; } while (0)
 
-int inc_run(inc_engine *e, inc_call *c)
+static int run_call(inc_engine *e, inc_call *c)
 {
     call_t t = {.e = e, .c = c, .k = e->k, .started = eng_now()};
     c->status = ENG_OK;
@@ -944,6 +944,22 @@ int inc_run(inc_engine *e, inc_call *c)
             (is_float ? finish_float : finish_words)(&t);
     }
     c->stats.total_s = eng_now() - t.started;
+    return c->status;
+}
+
+int inc_run(inc_engine *e, inc_call *c)
+{
+    int64_t waits = e->counters.waits, dropped = e->counters.dropped, samples = e->rto.samples;
+    run_call(e, c);
+    /* The rest of hosts/agent.py's CallStats, so that Python reads it from here only if asked. */
+    eng_stats *s = &c->stats;
+    s->send_waits = e->counters.waits - waits;
+    s->send_drops = e->counters.dropped - dropped;
+    s->rtt_samples = e->rto.samples - samples;
+    s->has_srtt = e->rto.has_srtt;
+    s->srtt_s = e->rto.srtt;
+    s->final_rto_s = e->rto.rto;
+    s->final_window = e->cwnd.cwnd;
     return c->status;
 }
 

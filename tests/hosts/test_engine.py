@@ -533,3 +533,25 @@ def test_a_repeated_float_call_on_the_engine_is_the_documented_sum_bit_for_bit(c
     run = run_job(program, ["c"] * N, [lambda wk, w: wk.allreduce(inputs[w])] * 2)
     expected = exact_result(inputs, steady_exponents(inputs))
     assert all(out.tobytes() == expected.tobytes() for out in run.results[1])
+
+
+def test_stats_timer_and_window_read_after_two_calls_are_the_second_s(compiled: None, program: Program) -> None:
+    """A compiled worker copies its `last_stats`, `rto` and `cwnd` from the engine when they are
+    first asked for after a call (a small call's Python is each worker's, on shared cores): read
+    after each of two calls they describe that call, as the Python path's do."""
+    small, large = np.arange(10, dtype=np.float32), np.arange(3 * INC_K, dtype=np.int32)
+
+    def two_calls(wk: Worker, w: int) -> tuple[Any, ...]:
+        wk.allreduce(small)
+        assert wk.last_stats is not None and (wk.last_stats.dtype, wk.last_stats.chunks) == ("float32", 1)
+        wk.allreduce(large)
+        return wk.last_stats, wk.rto.srtt, wk.rto.rto, wk.cwnd.cwnd
+
+    run = run_job(program, ["c", "python", "c", "python"], [two_calls])
+    for (stats, srtt, rto, cwnd), on in zip(run.results[0], run.engines):
+        assert (stats.dtype, stats.elements, stats.chunks) == ("int32", 3 * INC_K, 3), on
+        assert stats.packets_sent == stats.chunks + stats.retransmits and stats.results >= stats.chunks, on
+        assert stats.rtt_samples <= stats.chunks and (stats.rtt_samples > 0 or stats.retransmits > 0), on
+        assert stats.send_waits == stats.send_drops == 0, on
+        assert (stats.srtt_s, stats.final_rto_s, stats.final_window) == (srtt, rto, cwnd), on
+    assert run.engines == ["c", "python", "c", "python"]
