@@ -52,10 +52,11 @@ def run_trial(trial: dict, rank: int, workers: int, inc: Worker, ring: RingWorke
         result = calls.call(trial["collective"], agent, tensor)
         end = time.perf_counter()
         cpu = time.process_time() - cpu
-        stats = getattr(agent, "last_stats", None)       # the timed call's, before the closing barrier's
-        # Early finishers wait for the last one here: their check, their reply, even copying
-        # their stats (23 us) must not take a core from workers still in the call.
+        # Early finishers wait for the last one here: their check, their reply, even reading
+        # their stats (the compiled engine's are built when first read) must not take a core
+        # from workers still in the call.
         time.sleep(SETTLE_S)
+        stats = getattr(agent, "last_stats", None)       # the timed call's, before the closing barrier's
         inc.allreduce(np.zeros(1, np.int32))
     except IncError as err:
         return {"ok": False, "error": f"{type(err).__name__}: {err}"}
