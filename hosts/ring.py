@@ -13,6 +13,7 @@ AllReduce. Like the INC agent, on a kernel UDP socket it runs in the compiled en
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 import threading
@@ -104,6 +105,10 @@ class RingStats:
     chunks: int = 0
     retransmissions: int = 0
     acks: int = 0
+
+    def since(self, before: RingStats) -> RingStats:
+        return RingStats(self.chunks - before.chunks, self.retransmissions - before.retransmissions,
+                         self.acks - before.acks)
 
 
 @dataclass
@@ -200,18 +205,18 @@ class RingWorker:
 
     def _counted(self, call: Callable[[np.ndarray], np.ndarray], array: np.ndarray) -> np.ndarray:
         """`call(array)`, with what it sent in `last_stats`."""
-        if self._engine is not None:
-            self._engine.refresh()
-        with self._cv:
-            before = dataclasses.replace(self.stats)
+        before = self._sent()
         try:
             return call(array)
         finally:
-            if self._engine is not None:
-                self._engine.refresh()
-            with self._cv:
-                self.last_stats = RingStats(*(now - then for now, then in zip(
-                    dataclasses.astuple(self.stats), dataclasses.astuple(before))))
+            self.last_stats = self._sent().since(before)
+
+    def _sent(self) -> RingStats:
+        """What this rank has sent so far (from the engine, refreshing `stats`, `rto` and `cwnd`)."""
+        if self._engine is not None:
+            return self._engine.refresh()
+        with self._cv:
+            return dataclasses.replace(self.stats)
 
     def _allreduce(self, array: np.ndarray) -> np.ndarray:
         n, k = self.config.num_workers, self.config.elements_per_packet
@@ -220,11 +225,14 @@ class RingWorker:
             return array.copy()
         chunks = np.zeros((m, k), array.dtype)
         chunks.ravel()[:array.size] = array.ravel()
-        bounds = np.linspace(0, m, n + 1).round().astype(int)   # segment s is chunks bounds[s]:bounds[s+1]
+        bounds = _segments(m, n)
         # Reduce-scatter leaves rank r with segment r+1 summed; all-gather passes the sums on.
         # With fewer chunks than ranks some segments are empty and their steps send nothing.
-        self._steps(chunks, bounds, first=0, add=True)
-        self._steps(chunks, bounds, first=1, add=False)
+        if self._engine is not None:
+            self._engine.allreduce(chunks, bounds)       # both halves in one call into C
+        else:
+            self._steps(chunks, bounds, first=0, add=True)
+            self._steps(chunks, bounds, first=1, add=False)
         return chunks.ravel()[:array.size].reshape(array.shape)
 
     def _reduce_scatter(self, array: np.ndarray) -> np.ndarray:
@@ -238,7 +246,7 @@ class RingWorker:
         chunks[:, :part] = array.reshape(n, part)
         if n > 1 and part:
             # Starting one segment back, the N - 1 reduce steps leave rank r with segment r.
-            self._steps(chunks.reshape(-1, k), per_block * np.arange(n + 1), first=-1, add=True)
+            self._steps(chunks.reshape(-1, k), tuple(range(0, per_block * (n + 1), per_block)), first=-1, add=True)
         return chunks[rank, :part].reshape(out_shape)
 
     def _all_gather(self, array: np.ndarray) -> np.ndarray:
@@ -248,7 +256,7 @@ class RingWorker:
         placed = np.zeros((n, per_block * k), np.int32)
         placed[rank, :words.size] = words
         if n > 1 and words.size:
-            self._steps(placed.reshape(-1, k), per_block * np.arange(n + 1), first=0, add=False)
+            self._steps(placed.reshape(-1, k), tuple(range(0, per_block * (n + 1), per_block)), first=0, add=False)
         return np.stack([numerics.from_words(row[:words.size], array) for row in placed])
 
     def _broadcast(self, array: np.ndarray, root: int) -> np.ndarray:
@@ -284,7 +292,7 @@ class RingWorker:
                 self._send_all(chunks[i:i + 1])
         return chunks.ravel()[:array.size].reshape(array.shape)
 
-    def _steps(self, chunks: np.ndarray, bounds: np.ndarray, first: int, add: bool) -> None:
+    def _steps(self, chunks: np.ndarray, bounds: tuple[int, ...], first: int, add: bool) -> None:
         """N - 1 ring steps over `chunks` cut into N segments at `bounds`: at step s rank r sends
         segment r + first - s and receives the one before it, adding it to its own or taking it."""
         if self._engine is not None:
@@ -478,7 +486,14 @@ class RingWorker:
 
 
 # hosts/engine/engine.h RING_OP_*
-_STEPS, _BROADCAST, _REDUCE = 0, 1, 2
+_STEPS, _BROADCAST, _REDUCE, _ALLREDUCE = 0, 1, 2, 3
+
+
+@functools.lru_cache(maxsize=256)
+def _segments(m: int, n: int) -> tuple[int, ...]:
+    """An AllReduce's m chunks cut into n segments: segment s is chunks bounds[s]:bounds[s+1]
+    (numpy's rounding, the same on every rank; kept, since a small call should not pay for it)."""
+    return tuple(int(b) for b in np.linspace(0, m, n + 1).round())
 
 
 class _RingEngine:
@@ -507,11 +522,22 @@ class _RingEngine:
         self.r = ffi.gc(r, lib.ring_free)
         self.call = ffi.new("ring_call *")
         self.read = (ffi.new("ring_stats *"), ffi.new("eng_rto *"), ffi.new("eng_cwnd *"), ffi.new("eng_counters *"))
+        self._bounds: dict[tuple[int, ...], object] = {}     # C copies of the segment bounds calls used
 
-    def steps(self, chunks: np.ndarray, bounds: np.ndarray, first: int, add: bool) -> None:
+    def _c_bounds(self, bounds: tuple[int, ...]) -> object:
+        if bounds not in self._bounds:
+            if len(self._bounds) >= 256:
+                self._bounds.clear()
+            self._bounds[bounds] = self.ffi.new("int64_t[]", bounds)
+        return self._bounds[bounds]
+
+    def steps(self, chunks: np.ndarray, bounds: tuple[int, ...], first: int, add: bool) -> None:
         """RingWorker._steps: N - 1 steps over `chunks` (rows of K 4-byte words, changed in place)."""
-        keep = self.ffi.new("int64_t[]", [int(b) for b in bounds])
-        self._run(_STEPS, chunks, bounds=keep, first=first, add=int(add))
+        self._run(_STEPS, chunks, bounds=self._c_bounds(bounds), first=first, add=int(add))
+
+    def allreduce(self, chunks: np.ndarray, bounds: tuple[int, ...]) -> None:
+        """RingWorker._allreduce's two halves of N - 1 steps each, in place, in one call."""
+        self._run(_ALLREDUCE, chunks, bounds=self._c_bounds(bounds))
 
     def pipeline(self, chunks: np.ndarray, root: int, reduce: bool) -> None:
         """RingWorker._broadcast's or _reduce's pipeline over `chunks`, in place."""
@@ -535,8 +561,9 @@ class _RingEngine:
         if status != self.lib.ENG_OK:
             raise MemoryError("no memory for the compiled engine's ring")
 
-    def refresh(self) -> None:
-        """The worker's stats, RTO, window and socket counters, as the engine has them now."""
+    def refresh(self) -> RingStats:
+        """The worker's stats, RTO, window and socket counters, as the engine has them now; the
+        stats, copied."""
         stats, rto, cwnd, counters = self.read
         self.lib.ring_read(self.r, stats, rto, cwnd, counters)
         w = self.worker
@@ -549,6 +576,7 @@ class _RingEngine:
         sent.waits, sent.dropped = counters.waits, counters.dropped
         if counters.dropped:
             sent.last_error = f"{os.strerror(counters.last_errno)} (errno {counters.last_errno})"
+        return RingStats(stats.chunks, stats.retransmissions, stats.acks)
 
     def close(self, linger: float) -> None:
         """Wait up to `linger` seconds for outstanding acks, then stop the engine's thread."""

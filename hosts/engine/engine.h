@@ -122,14 +122,15 @@ typedef struct {
     int root;
     void *rows;                      /* chunks of k 4-byte words, updated in place */
     int64_t chunk_count;
-    const int64_t *bounds;           /* RING_OP_STEPS: the N + 1 segment bounds, in chunks */
+    const int64_t *bounds;           /* RING_OP_STEPS and _ALLREDUCE: the N + 1 segment bounds, in chunks */
     int first, add;
     int status;                      /* ENG_OK, ENG_TIMEOUT, ENG_NO_MEMORY, ENG_CLOSED */
     int timeout_peer, timeout_waiting_for_acks;
     double timeout_waited;
 } ring_call;
 
-enum { RING_OP_STEPS = 0, RING_OP_BROADCAST = 1, RING_OP_REDUCE = 2 };
+/* RING_OP_ALLREDUCE: the steps of an AllReduce's two halves in one call (first 0 adding, then 1 taking) */
+enum { RING_OP_STEPS = 0, RING_OP_BROADCAST = 1, RING_OP_REDUCE = 2, RING_OP_ALLREDUCE = 3 };
 
 ring_engine *ring_new(const ring_config *config, char *error, int error_size);
 int ring_run(ring_engine *r, ring_call *c);

@@ -403,22 +403,37 @@ static int take_rows(ring_engine *r, ring_call *c, int32_t *rows, int64_t count,
     return 1;
 }
 
+/* N - 1 steps over segments cut at `bounds`: at step s rank r sends segment r + first - s and
+   receives the one before it, adding it to its own or taking it. */
+static int run_steps(ring_engine *r, ring_call *c, int first, int add)
+{
+    int n = r->cfg.num_workers, rank = r->cfg.rank;
+    int64_t k = r->cfg.k;
+    int32_t *rows = c->rows;
+    for (int step = 0; step < n - 1; step++) {
+        int send_seg = (((rank + first - step) % n) + n) % n;
+        int recv_seg = (send_seg - 1 + n) % n;
+        int64_t s0 = c->bounds[send_seg], s1 = c->bounds[send_seg + 1];
+        int64_t r0 = c->bounds[recv_seg], r1 = c->bounds[recv_seg + 1];
+        if (!send_rows(r, c, rows + s0 * k, s1 - s0) || !take_rows(r, c, rows + r0 * k, r1 - r0, add))
+            return 0;
+    }
+    return 1;
+}
+
 static void run_op(ring_engine *r, ring_call *c)
 {
     int n = r->cfg.num_workers, rank = r->cfg.rank;
     int64_t k = r->cfg.k;
     int32_t *rows = c->rows;
     if (c->op == RING_OP_STEPS) {
-        /* N - 1 steps over segments cut at `bounds`: at step s rank r sends segment r + first - s
-           and receives the one before it, adding it to its own or taking it. */
-        for (int step = 0; step < n - 1; step++) {
-            int send_seg = (((rank + c->first - step) % n) + n) % n;
-            int recv_seg = (send_seg - 1 + n) % n;
-            int64_t s0 = c->bounds[send_seg], s1 = c->bounds[send_seg + 1];
-            int64_t r0 = c->bounds[recv_seg], r1 = c->bounds[recv_seg + 1];
-            if (!send_rows(r, c, rows + s0 * k, s1 - s0) || !take_rows(r, c, rows + r0 * k, r1 - r0, c->add))
-                return;
-        }
+        run_steps(r, c, c->first, c->add);
+        return;
+    }
+    if (c->op == RING_OP_ALLREDUCE) {
+        /* Reduce-scatter leaves rank r with segment r + 1 summed; all-gather passes the sums on. */
+        if (run_steps(r, c, 0, 1))
+            run_steps(r, c, 1, 0);
         return;
     }
     /* Broadcast: a pipeline from the root, each rank passing a chunk on as soon as it has it.
