@@ -197,7 +197,8 @@ class Worker:
     _early: dict[int, bytes] = field(default_factory=dict, repr=False)
     # The compiled engine, if this worker uses it: then it keeps the timers, the window, the
     # last float calls' exponents and the first result's time, and `rto`, `cwnd` and
-    # `last_stats` are copies of its state, read from it when asked for after a call.
+    # `last_stats` are copies of its state, read from it when asked for after a call (the
+    # Python path's own methods use `_rto` and `_cwnd`, which nothing else updates there).
     _engine: "_IncEngine | None" = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -363,7 +364,7 @@ class Worker:
         try:
             while True:
                 # Item j reuses item j - window's slot: it may go once items up to that one are answered.
-                while (len(in_flight) < self.cwnd.allowed and next_item < call.answered + window
+                while (len(in_flight) < self._cwnd.allowed and next_item < call.answered + window
                        and call.ready(next_item)):
                     t0 = time.monotonic()
                     chunk = call.assign(next_item)
@@ -386,10 +387,10 @@ class Worker:
                     t1 = time.monotonic()
                     # A silent item's timer waits for a sign that its result is lost (_arm_silent).
                     in_flight[wire_seq] = _Item(next_item, chunk, seq, payload, t1, t1,
-                                                math.inf if silent else t1, self.rto.rto)
+                                                math.inf if silent else t1, self._rto.rto)
                     if next_item == 0:
                         call.first_sent = t1
-                    wake = min(wake, t1 + self.rto.rto)
+                    wake = min(wake, t1 + self._rto.rto)
                     next_item += 1
                     stats.send_s += t1 - t0
                 if call.done:
@@ -469,8 +470,8 @@ class Worker:
         # A silent item's wait timed its root's lateness, not a round trip.
         if (item.sends == 1 and not flags & FLAG_RETRANSMIT and item.first_sent >= self._live_since
                 and not call.silent(item.index)):
-            self.rto.sample(now - item.first_sent)
-        self.cwnd.on_ack(item.seq)
+            self._rto.sample(now - item.first_sent)
+        self._cwnd.on_ack(item.seq)
         if not call.stats.results:
             call.stats.first_result_s = now - call.first_sent
         call.stats.results += 1
@@ -553,7 +554,7 @@ class Worker:
                 continue        # another root acknowledges it, at its own pace
             it.fast = True
             call.stats.fast_retransmits += 1
-            self.cwnd.on_loss(highest)
+            self._cwnd.on_loss(highest)
             self._resend(it, call)
 
     def _arm_silent(self, in_flight: dict[int, _Item], call: "_Call", answered: _Item | None) -> float:
@@ -568,7 +569,7 @@ class Worker:
             if answered is not None and it.index >= answered.index:
                 break
             if it.timer_from == math.inf and (answered is None or call.shows_lost(it.index, answered.index)):
-                it.timer_from, it.timer = now, self.rto.rto
+                it.timer_from, it.timer = now, self._rto.rto
                 due = now + it.timer
             if answered is None:
                 break
@@ -592,10 +593,10 @@ class Worker:
             if all(call.silent(it.index) for it in expired):
                 # Requests for eager rounds whose root may be late, or have lost its chunk and not yet
                 # sent it again: no sign of congestion, so the RTO stays; each request waits longer.
-                rto = min(self.rto.max_rto, 2 * max(it.timer for it in expired))
+                rto = min(self._rto.max_rto, 2 * max(it.timer for it in expired))
             else:
-                rto = self.rto.backoff(max(it.timer for it in expired))
-                self.cwnd.on_timeout(highest)
+                rto = self._rto.backoff(max(it.timer for it in expired))
+                self._cwnd.on_timeout(highest)
             if last_progress < min(it.last_sent for it in expired):
                 # Silence since all of them were sent: a peer has not started this call yet, or the
                 # switch is gone. One probe says when that ends; a window of copies would only queue.
@@ -639,10 +640,10 @@ class Worker:
         if counters is not None:
             stats.send_waits = counters.waits - call.send_waits_before
             stats.send_drops = counters.dropped - call.send_drops_before
-        stats.rtt_samples = self.rto.samples - call.samples_before
-        stats.srtt_s = self.rto.srtt
-        stats.final_rto_s = self.rto.rto
-        stats.final_window = self.cwnd.cwnd
+        stats.rtt_samples = self._rto.samples - call.samples_before
+        stats.srtt_s = self._rto.srtt
+        stats.final_rto_s = self._rto.rto
+        stats.final_window = self._cwnd.cwnd
         stats.total_s = time.monotonic() - call.started
         self._last_stats = stats
 
@@ -703,7 +704,7 @@ class _IncEngine:
         e.spin, e.spin_large = cfg.spin, cfg.spin_large
         e.exponent_slack, e.exponent_margin = cfg.exponent_slack, cfg.exponent_margin
         e.eager_rounds, e.window_acks = cfg.eager_rounds, cfg.window_acks
-        rto, cwnd = worker.rto, worker.cwnd
+        rto, cwnd = worker._rto, worker._cwnd
         e.rto.initial, e.rto.min_rto, e.rto.max_rto = rto.initial, rto.min_rto, rto.max_rto
         e.rto.min_variance, e.rto.rto = rto.min_variance, rto.rto
         e.cwnd.limit, e.cwnd.decrease, e.cwnd.minimum = cwnd.limit, cwnd.decrease, cwnd.minimum
@@ -797,7 +798,7 @@ class _Call:
         counters = getattr(worker.transport, "counters", None)
         self.send_waits_before = counters.waits if counters is not None else 0
         self.send_drops_before = counters.dropped if counters is not None else 0
-        self.samples_before = worker.rto.samples
+        self.samples_before = worker._rto.samples
         self.first_sent = self.started
         self.sums = np.zeros((self.m, k), np.int32)   # zeros stay where only an ACK came back
         self.overflowed: list[int] = []         # chunks whose (final) result has OVERFLOW

@@ -205,16 +205,17 @@ class RingWorker:
 
     def _counted(self, call: Callable[[np.ndarray], np.ndarray], array: np.ndarray) -> np.ndarray:
         """`call(array)`, with what it sent in `last_stats`."""
-        before = self._sent()
+        before = self._sent(refresh=False)
         try:
             return call(array)
         finally:
-            self.last_stats = self._sent().since(before)
+            self.last_stats = self._sent(refresh=True).since(before)
 
-    def _sent(self) -> RingStats:
-        """What this rank has sent so far (from the engine, refreshing `stats`, `rto` and `cwnd`)."""
+    def _sent(self, refresh: bool) -> RingStats:
+        """What this rank has sent so far; `refresh`: with the engine, `stats`, `rto` and `cwnd`
+        copied from it too."""
         if self._engine is not None:
-            return self._engine.refresh()
+            return self._engine.refresh() if refresh else self._engine.counts()
         with self._cv:
             return dataclasses.replace(self.stats)
 
@@ -561,11 +562,18 @@ class _RingEngine:
         if status != self.lib.ENG_OK:
             raise MemoryError("no memory for the compiled engine's ring")
 
+    def counts(self) -> RingStats:
+        """What the engine has sent so far (its state read into `self.read`, nothing copied to
+        the worker)."""
+        stats, rto, cwnd, counters = self.read
+        self.lib.ring_read(self.r, stats, rto, cwnd, counters)
+        return RingStats(stats.chunks, stats.retransmissions, stats.acks)
+
     def refresh(self) -> RingStats:
         """The worker's stats, RTO, window and socket counters, as the engine has them now; the
         stats, copied."""
+        counted = self.counts()
         stats, rto, cwnd, counters = self.read
-        self.lib.ring_read(self.r, stats, rto, cwnd, counters)
         w = self.worker
         w.stats.chunks, w.stats.retransmissions, w.stats.acks = stats.chunks, stats.retransmissions, stats.acks
         w.rto.srtt = rto.srtt if rto.has_srtt else None
@@ -576,7 +584,7 @@ class _RingEngine:
         sent.waits, sent.dropped = counters.waits, counters.dropped
         if counters.dropped:
             sent.last_error = f"{os.strerror(counters.last_errno)} (errno {counters.last_errno})"
-        return RingStats(stats.chunks, stats.retransmissions, stats.acks)
+        return counted
 
     def close(self, linger: float) -> None:
         """Wait up to `linger` seconds for outstanding acks, then stop the engine's thread."""
