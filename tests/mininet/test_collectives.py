@@ -14,7 +14,8 @@ pytestmark = [pytest.mark.mininet, pytest.mark.impairment]
 FOUR = pytest.mark.parametrize("inc_star", [4], indirect=True, ids=lambda n: f"N{n}")
 LOSS = Impairment(loss_pct=5)
 # Sizes give every lossy run at least ~300 packets: at 5% loss, P(no drop at all, a run that
-# proves nothing) is then below 1e-7, where 100 packets would fail 1 run in 170.
+# proves nothing) is then below 1e-7, where 100 packets would fail 1 run in 170. They are in
+# units of K, so that they keep that count whatever the packet holds.
 PART = 10 * K + 5          # elements of each worker's part in ReduceScatter
 
 
@@ -59,7 +60,7 @@ def test_reduce_scatter_under_loss(inc_star, dtype, op):
 @FOUR
 @pytest.mark.parametrize("dtype, op", [("float32", "sum"), ("int32", "min")])
 def test_reduce_to_a_root_under_loss(inc_star, dtype, op):
-    inputs = tensors(dtype, 2000, seed=3)
+    inputs = tensors(dtype, 40 * K, seed=3)
     results = run_lossy(inc_star, inputs, "--collective", "reduce", "--root", "2", "--op", op)
     assert_reduced(results[2], inputs, op)
     assert all(r.size == 0 for w, r in enumerate(results) if w != 2)
@@ -68,7 +69,7 @@ def test_reduce_to_a_root_under_loss(inc_star, dtype, op):
 @FOUR
 @pytest.mark.parametrize("dtype", ["int32", "float32", "float16"])
 def test_broadcast_under_loss(inc_star, dtype):
-    inputs = tensors(dtype, 1001, seed=4)
+    inputs = tensors(dtype, 40 * K + 1, seed=4)
     for got in run_lossy(inc_star, inputs, "--collective", "broadcast", "--root", "1"):
         assert got.dtype == inputs[1].dtype and got.tobytes() == inputs[1].tobytes()
 
@@ -76,9 +77,9 @@ def test_broadcast_under_loss(inc_star, dtype):
 @FOUR
 @pytest.mark.parametrize("dtype", ["int32", "float16"])
 def test_all_gather_under_loss(inc_star, dtype):
-    inputs = tensors(dtype, 333, seed=5)
+    inputs = tensors(dtype, 10 * K + 3, seed=5)
     for got in run_lossy(inc_star, inputs, "--collective", "all-gather"):
-        assert got.shape == (4, 333) and got.tobytes() == np.stack(inputs).tobytes()
+        assert got.shape == (4, 10 * K + 3) and got.tobytes() == np.stack(inputs).tobytes()
 
 
 @FOUR
