@@ -26,7 +26,7 @@ from hosts import engine, numerics, quantize
 from hosts.inc import (COLL_ALLREDUCE, COLL_BARRIER, COLL_BROADCAST, COLL_REDUCE, FLAG_EAGER, FLAG_OVERFLOW,
                        FLAG_RETRANSMIT, FLAG_WINDOW_ACKS, INC_K, MAX_WINDOW, MAX_WORKERS, OP_ACK, OP_CONTRIB,
                        OP_JOIN, OP_RESULT, OP_WINDOW_ACK, REDUCE_SUM, WINDOW_ACK_ANSWERED, IncFormatError, IncHeader,
-                       check_elements_per_packet, elements_view, pack_header, unpack_header, with_flags)
+                       check_elements_per_packet, data_elements, elements_view, pack_header, unpack_header, with_flags)
 from hosts.engine import DEFAULT_SPIN, DEFAULT_SPIN_LARGE
 from hosts.pacing import CongestionWindow, RtoEstimator
 from hosts.transport import Transport, UdpTransport
@@ -485,7 +485,7 @@ class Worker:
         last = None
         now = time.monotonic()
         self._live_since = min(self._live_since, now)
-        codes = elements_view(data, self.config.elements_per_packet)
+        codes = elements_view(data)
         for i in range(min(header.count, self.config.elements_per_packet)):
             code = int(codes[i])
             item = in_flight.get((header.seq - header.count + i) & 0xFFFFFFFF)
@@ -521,7 +521,7 @@ class Worker:
             end = (first_seq + start + count) & 0xFFFFFFFF
             header = IncHeader(OP_WINDOW_ACK, self.config.job_id, me, count, 0, 0, end, flags=FLAG_WINDOW_ACKS,
                                reduce_op=call.reduce_op, collective=COLL_REDUCE, root=me)
-            self.transport.send(pack_header(header) + codes.tobytes())
+            self.transport.send(pack_header(header) + codes[:data_elements(count, k)].tobytes())
             call.stats.packets_sent += 1
             call.stats.window_acks += 1
 
@@ -840,12 +840,21 @@ class _Call:
             return self.root_of(chunk) == self._worker_id
         return self.collective != COLL_BARRIER
 
+    def count(self, chunk: int) -> int:
+        """The elements of `chunk`: K, fewer in the last."""
+        return self.k if chunk < self.m - 1 else self._last
+
+    def wire_span(self, chunk: int) -> slice:
+        """Where `chunk`'s wire elements lie in bytes that hold K per chunk: its count's whole blocks."""
+        start = 4 * self.k * chunk
+        return slice(start, start + 4 * data_elements(self.count(chunk), self.k))
+
     def header(self, chunk: int, slot: int, version: int, seq: int, flags: int = 0, exponent: int = 0,
                need: int = 0) -> bytes:
         if self.window_acks:
             flags |= FLAG_WINDOW_ACKS
         return pack_header(IncHeader(OP_CONTRIB if self.sends_data(chunk) else OP_JOIN, self._job_id,
-                                     self._worker_id, self.k if chunk < self.m - 1 else self._last, slot,
+                                     self._worker_id, self.count(chunk), slot,
                                      version, seq, flags, exponent, need, reduce_op=self.reduce_op,
                                      collective=self.collective, root=self.root_of(chunk)))
 
@@ -853,7 +862,8 @@ class _Call:
         """A result (payload None: an ACK, no data for this worker): keep its sums, then look
         at the results in item order."""
         if payload is not None:
-            self.sums[item.chunk] = elements_view(payload, self.k)
+            row = elements_view(payload)
+            self.sums[item.chunk, :len(row)] = row
         if item.index != self.answered:
             self._pending[item.index] = (item.chunk, flags, need)
             return
@@ -898,9 +908,8 @@ class _Int32Call(_Call):
         return self.header(chunk, slot, version, seq) + self.elements(chunk)
 
     def elements(self, chunk: int) -> bytes:
-        """The wire bytes of `chunk`'s K elements."""
-        size = 4 * self.k
-        return self.wire[chunk * size:(chunk + 1) * size]
+        """The wire bytes of `chunk`'s elements."""
+        return self.wire[self.wire_span(chunk)]
 
     def finish(self) -> np.ndarray:
         t0 = time.monotonic()
@@ -1058,10 +1067,9 @@ class _Float32Call(_Call):
         exponent = int(self.used[chunk])
         fits = self.fits_at[chunk] <= exponent
         if chunk < self.known and not self.item_redo[-1]:
-            size = 4 * self.k
-            elements = self.prepared[chunk * size:(chunk + 1) * size]
+            elements = self.prepared[self.wire_span(chunk)]
         else:
-            elements = self._quantized(np.array([chunk]))
+            elements = self._quantized(np.array([chunk]))[:4 * data_elements(self.count(chunk), self.k)]
         return self.header(chunk, slot, version, seq, 0 if fits else FLAG_OVERFLOW, exponent,
                            int(self.local[chunk])) + elements
 

@@ -17,7 +17,7 @@ from scapy.packet import Packet, bind_layers
 # The protocol's numbers live in protocol/ (shared with the controller); re-exported here,
 # where the packet code and its users have always found them.
 from protocol import (AGG_IP, AGG_MAC, COLL_ALLREDUCE, COLL_BARRIER, COLL_BROADCAST,  # noqa: F401
-                      COLL_REDUCE, COLLECTIVES, DEFAULT_ELEMENTS_PER_PACKET,
+                      COLL_REDUCE, COLLECTIVES, DEFAULT_ELEMENTS_PER_PACKET, ELEMENTS_PER_BLOCK, data_elements, payload_size,
                       MAX_ELEMENTS_PER_PACKET, FLAG_ACK_NOW, FLAG_EAGER, FLAG_OVERFLOW, FLAG_PARTIAL, FLAG_WINDOW_ACKS,
                       FLAG_RESENT, FLAG_RETRANSMIT, HEADER_ONLY, HEADER_SIZE, INC_PORT, INC_VERSION,
                       MAX_WORKERS, OP_ACK, OP_CONTRIB, OP_JOIN, OP_RESULT, OP_RING, OP_RING_ACK, OP_WINDOW_ACK, OPCODES,
@@ -25,8 +25,7 @@ from protocol import (AGG_IP, AGG_MAC, COLL_ALLREDUCE, COLL_BARRIER, COLL_BROADC
                       POOL_SIZE, REDUCE_MAX, REDUCE_MIN, REDUCE_OPS, REDUCE_SUM, RING_PORT)
 
 INC_K = DEFAULT_ELEMENTS_PER_PACKET   # elements per packet
-ELEMENT_BYTES = 4 * INC_K
-PAYLOAD_SIZE = HEADER_SIZE + ELEMENT_BYTES    # the UDP payload of every INC packet but JOIN and ACK
+PAYLOAD_SIZE = payload_size(INC_K)    # the UDP payload of a packet with K elements of data
 
 
 # The header's field widths bound a job. The layout itself is written out in three places that
@@ -52,15 +51,10 @@ def check_elements_per_packet(k: int) -> None:
         raise ValueError(f"elements per packet must be 1..{MAX_ELEMENTS} (the header's count has 12 bits), not {k}")
 
 
-def payload_size(k: int = INC_K) -> int:
-    """The UDP payload of every INC packet of a K-element job but JOIN and ACK."""
-    return HEADER_SIZE + 4 * k
-
-
 class ElementsField(FieldListField):
-    """The packet's K int32 elements: built from a shorter list padded with zeros to the
-    layer's K (as the switch expects); dissected as every whole element that follows the
-    header, so the bound layer reads a packet of any K."""
+    """The packet's int32 elements: built padded with zeros to whole blocks of the count's
+    elements (or the list's, if longer), as the switch expects; dissected as every whole element
+    that follows the header, so the bound layer reads a packet of any K."""
 
     def __init__(self, name: str) -> None:
         super().__init__(name, [], SignedIntField("", 0), length_from=lambda pkt: 0)
@@ -73,11 +67,11 @@ class ElementsField(FieldListField):
         val = list(val or [])
         if len(val) > pkt.K:
             raise ValueError(f"an INC packet carries at most {pkt.K} elements, not {len(val)}")
-        return val + [0] * (pkt.K - len(val))
+        return val + [0] * (data_elements(max(len(val), pkt.count or 0), pkt.K) - len(val))
 
 
 class Inc(Packet):
-    """The INC header and K elements; `inc_layer(k)` builds packets of a job with another K."""
+    """The INC header and up to K elements; `inc_layer(k)` builds packets of a job with another K."""
     name = "INC"
     K = INC_K
     fields_desc = [
@@ -148,8 +142,8 @@ _ELEMENTS = np.dtype(">i4")
 
 
 def pack(header: IncHeader, elements: np.ndarray, k: int = INC_K) -> bytes:
-    """The UDP payload for `header` and up to `k` int32 `elements` (zero padded to k); a
-    JOIN's or an ACK's is the header alone."""
+    """The UDP payload for `header` and up to `k` int32 `elements`, zero padded to whole blocks of
+    the header's count (or of the elements, if more); a JOIN's or an ACK's is the header alone."""
     data = np.asarray(elements, dtype=_ELEMENTS).tobytes()
     if header.opcode in HEADER_ONLY:
         if data:
@@ -157,11 +151,11 @@ def pack(header: IncHeader, elements: np.ndarray, k: int = INC_K) -> bytes:
         return pack_header(header)
     if len(data) > 4 * k:
         raise ValueError(f"an INC packet carries at most {k} elements, not {len(data) // 4}")
-    return pack_header(header) + data + bytes(4 * k - len(data))
+    return pack_header(header) + data + bytes(4 * data_elements(max(header.count, len(data) // 4), k) - len(data))
 
 
 def pack_header(header: IncHeader) -> bytes:
-    """The 16 header bytes alone: a JOIN's payload, else followed by K big-endian int32."""
+    """The 16 header bytes alone: a JOIN's payload, else followed by big-endian int32 elements."""
     return _HEADER.pack((header.version << 4) | header.opcode, header.flags, header.job_id,
                         header.worker_id << 24 | header.count << 12 | header.pool_version << 11 | header.slot,
                         header.seq, header.exponent, header.need, header.reduce_op,
@@ -174,26 +168,30 @@ def with_flags(payload: bytes, flags: int) -> bytes:
 
 
 def unpack(payload: bytes, k: int = INC_K) -> tuple[IncHeader, np.ndarray]:
-    """Header and the `k` elements (native int32) of an INC UDP payload; none for JOIN and ACK."""
+    """Header and elements (native int32, whole blocks) of an INC UDP payload; none for JOIN and ACK."""
     header = unpack_header(payload, k)
     if header.opcode in HEADER_ONLY:
         return header, np.zeros(0, np.int32)
-    return header, elements_view(payload, k).astype(np.int32)
+    return header, elements_view(payload).astype(np.int32)
 
 
 def unpack_header(payload: bytes, k: int = INC_K) -> IncHeader:
     """The header of an INC UDP payload, after checking that the payload is whole for a job
-    of `k` elements per packet (a JOIN or an ACK is the header alone)."""
+    of `k` elements per packet: at most k elements, in whole blocks, their count's at least
+    (a JOIN or an ACK is the header alone)."""
     if len(payload) < HEADER_SIZE:
         raise IncFormatError(f"an INC payload has at least {HEADER_SIZE} bytes, this one {len(payload)}")
     vo, flags, job, wcs, seq, exponent, need, reduce_op, cr = _HEADER.unpack_from(payload)
-    if vo & 0xF not in HEADER_ONLY and len(payload) < HEADER_SIZE + 4 * k:
-        raise IncFormatError(f"an INC payload with data has {HEADER_SIZE + 4 * k} bytes, this one {len(payload)}")
+    if vo & 0xF not in HEADER_ONLY:
+        count, data = wcs >> 12 & 0xFFF, len(payload) - HEADER_SIZE
+        if count > k or data > 4 * k or data < 4 * data_elements(count, k) or data % 4:
+            raise IncFormatError(f"an INC payload with {count} of at most {k} elements carries them in "
+                                 f"{4 * data_elements(count, k)} bytes, this one in {data}")
     return IncHeader(opcode=vo & 0xF, job_id=job, worker_id=wcs >> 24, count=wcs >> 12 & 0xFFF, slot=wcs & 0x7FF,
                      pool_version=wcs >> 11 & 1, seq=seq, flags=flags, exponent=exponent, need=need,
                      version=vo >> 4, reduce_op=reduce_op, collective=cr >> 5, root=cr & 0x1F)
 
 
-def elements_view(payload: bytes, k: int = INC_K) -> np.ndarray:
-    """The `k` elements of a whole INC payload, big-endian, without a copy."""
-    return np.frombuffer(payload, dtype=_ELEMENTS, count=k, offset=HEADER_SIZE)
+def elements_view(payload: bytes) -> np.ndarray:
+    """The elements of a whole INC payload (unpack_header checked it), big-endian, without a copy."""
+    return np.frombuffer(payload, dtype=_ELEMENTS, offset=HEADER_SIZE)

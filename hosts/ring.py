@@ -36,6 +36,14 @@ log = logging.getLogger(__name__)
 DUP_THRESHOLD = 3            # chunks selectively acked above a hole before it is sent again at once
 
 
+def used_words(words: np.ndarray) -> int:
+    """The words a ring packet needs: up to the last nonzero one, its count. It carries them in
+    whole blocks and the receiver takes the rest for zeros, so a short tensor's padding costs no
+    bytes, as an INC packet carries only its count's blocks (engine/ring.c used_words)."""
+    nonzero = np.flatnonzero(words)
+    return int(nonzero[-1]) + 1 if nonzero.size else 0
+
+
 @dataclass(frozen=True)
 class RingConfig:
     job_id: int
@@ -338,10 +346,11 @@ class RingWorker:
                 self._send_next += 1
                 # The chunk that fills the window asks for its ack now (engine/ring.c, send_rows).
                 ack_now = len(self._unacked) + 1 >= self.cwnd.allowed
+                used = used_words(row.view(np.int32))
                 payload = pack(IncHeader(opcode=OP_RING, job_id=cfg.job_id, worker_id=cfg.rank,
-                                         count=cfg.elements_per_packet, slot=0, pool_version=0, seq=seq,
+                                         count=used, slot=0, pool_version=0, seq=seq,
                                          flags=FLAG_ACK_NOW if ack_now else 0),
-                               row.view(np.int32), cfg.elements_per_packet)
+                               row.view(np.int32)[:used], cfg.elements_per_packet)
                 now = time.monotonic()
                 self._unacked[seq] = _Unacked(payload, now, now + self.rto.rto)
                 self.stats.chunks += 1
@@ -424,7 +433,9 @@ class RingWorker:
             in_order = seq == self._cumulative
             fresh = in_order or (seq > self._cumulative and seq not in self._out_of_order)
             if fresh:
-                self._received[seq] = elements
+                row = np.zeros(self.config.elements_per_packet, np.int32)
+                row[:len(elements)] = elements
+                self._received[seq] = row
                 self._out_of_order.add(seq)
                 before = self._cumulative
                 while self._cumulative in self._out_of_order:
@@ -456,9 +467,10 @@ class RingWorker:
             self._ack_pending, self._ack_due = 0, float("inf")
             self.stats.acks += 1
         words = np.packbits(bits, bitorder="little").view("<u4").astype(np.uint32).view(np.int32)
-        ack = IncHeader(opcode=OP_RING_ACK, job_id=self.config.job_id, worker_id=self.config.rank, count=0,
+        used = used_words(words)
+        ack = IncHeader(opcode=OP_RING_ACK, job_id=self.config.job_id, worker_id=self.config.rank, count=used,
                         slot=0, pool_version=0, seq=cumulative)
-        self.transport.send_to(prev, pack(ack, words, self.config.elements_per_packet))
+        self.transport.send_to(prev, pack(ack, words[:used], self.config.elements_per_packet))
 
     def _acked(self, cumulative: int, words: np.ndarray, nxt: int) -> None:
         """Release what an ack covers, timing the round trip of the newest chunk sent once

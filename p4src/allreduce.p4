@@ -31,7 +31,7 @@ const bit<32> AGG_IP   = 0x0A0000FE;      // 10.0.0.254
 const bit<48> AGG_MAC  = 0x0200000000FE;  // 02:00:00:00:00:fe
 const bit<16> INC_PORT = 48879;           // 0xBEEF
 
-const bit<4> INC_VERSION = 2;    // 2: a 12-bit count, for K above 255
+const bit<4> INC_VERSION = 3;    // 3: data in ceil(count / 32) blocks (2: always K elements)
 const bit<4> OP_CONTRIB  = 1;   // worker -> switch: one worker's chunk
 const bit<4> OP_RESULT   = 2;   // switch -> worker: the sum of all workers' chunks
 const bit<4> OP_JOIN     = 5;   // worker -> switch, header only: counts as a chunk of zeros
@@ -75,8 +75,9 @@ const bit<16> UP_GROUP = 0x8000;
 
 // Elements per packet, K: a build parameter (p4c -DINC_K=256; `make run INC_K=256`), a multiple
 // of 32 up to what one frame holds: 352 at an MTU of 1500 bytes, 2208 at 9000 (a frame carries
-// the IPv4, UDP and INC headers, then 4 * K bytes). The controller reads K back from the size
-// of slot_values and gives it to the job's workers.
+// the IPv4, UDP and INC headers, then at most 4 * K bytes). The controller reads K back from the
+// size of slot_values and gives it to the job's workers. A packet carries only the blocks of 32
+// elements its count needs, so a small tensor travels in a small packet whatever K is.
 #ifndef INC_K
 #define INC_K 32                 // 32 x 32 bit = 128 B of tensor
 #endif
@@ -84,13 +85,12 @@ const bit<16> UP_GROUP = 0x8000;
 #error "INC_K, the elements per packet, must be a multiple of 32 from 32 to 4064 (the header's count has 12 bits)"
 #endif
 #define INC_BLOCKS (INC_K / 32)  // the elements travel in blocks of 32
+const bit<16> BLOCK_BYTES = 4 * 32;
 const bit<32> POOL_SIZE   = 512;               // slots per version, shared by all jobs
 const bit<32> SLOT_COUNT  = 2 * POOL_SIZE;     // register entries: version * POOL_SIZE + slot
 const bit<32> VALUE_COUNT = SLOT_COUNT * INC_K;
-// A contribution's IPv4 and UDP lengths: headers, the 16-byte INC header and K elements.
-const bit<16> INC_UDP_LEN  = 8 + 16 + 4 * INC_K;
-const bit<16> INC_IPV4_LEN = 20 + INC_UDP_LEN;
-// A JOIN's or an ACK's: the header alone.
+// A JOIN's or an ACK's IPv4 and UDP lengths: the headers and the 16-byte INC header alone; a
+// packet with data adds 128 bytes per block (BLOCK_BYTES).
 const bit<16> INC_HEADER_UDP_LEN  = 8 + 16;
 const bit<16> INC_HEADER_IPV4_LEN = 20 + INC_HEADER_UDP_LEN;
 const bit<3>  IPV4_MORE_FRAGMENTS = 1;
@@ -146,7 +146,7 @@ header inc_t {
     bit<8>  flags;         // FLAG_*; a result carries the OR of its contributions' flags
     bit<16> job_id;
     bit<8>  worker_id;     // 0..31: a bit in the slot's contributor bitmap
-    bit<12> count;         // meaningful elements, 1..K; the rest are zero padding
+    bit<12> count;         // meaningful elements, 1..K, in ceil(count / 32) blocks; the last block ends in zeros
     bit<1>  pool_version;  // which of the slot's two copies (flips on each reuse)
     bit<11> slot;          // slot index within the job's range
     bit<32> seq;           // chunk sequence number within the job, increasing
@@ -171,63 +171,60 @@ header inc_block_t {
 }
 
 // P4 has no loops: a per-element step is written once, as a macro X(b, f) of the element's
-// block b and field f (element 32 * b + f), and FOR_EACH_ELEMENT(X) writes it out for every
-// element; a per-block step Y(b), FOR_EACH_BLOCK(Y) for b = 0 .. INC_BLOCKS - 1.
+// block b and field f (element 32 * b + f), and IN_BLOCK(X, b) writes it out for the 32 elements
+// of block b; a per-block step Y(b), FOR_EACH_BLOCK(Y) for b = 0 .. INC_BLOCKS - 1.
 #define IN_BLOCK(X, b) \
     X(b, 0)  X(b, 1)  X(b, 2)  X(b, 3)  X(b, 4)  X(b, 5)  X(b, 6)  X(b, 7)  \
     X(b, 8)  X(b, 9)  X(b, 10) X(b, 11) X(b, 12) X(b, 13) X(b, 14) X(b, 15) \
     X(b, 16) X(b, 17) X(b, 18) X(b, 19) X(b, 20) X(b, 21) X(b, 22) X(b, 23) \
     X(b, 24) X(b, 25) X(b, 26) X(b, 27) X(b, 28) X(b, 29) X(b, 30) X(b, 31)
-#define BLOCK(Y, b) Y(b)
-#define FOR_EACH_ELEMENT(X) FOR_EACH(IN_BLOCK, X)
-#define FOR_EACH_BLOCK(Y)   FOR_EACH(BLOCK, Y)
-// FOR_EACH(M, X) writes M(X, b) for every block b: REPEAT_n(M, X, b) writes M(X, b) ..
-// M(X, b + n - 1), and FOR_EACH takes one REPEAT_n for each binary digit n of INC_BLOCKS,
-// starting after the blocks of the digits above it.
-#define REPEAT_1(M, X, b)   M(X, b)
-#define REPEAT_2(M, X, b)   REPEAT_1(M, X, b)   REPEAT_1(M, X, b + 1)
-#define REPEAT_4(M, X, b)   REPEAT_2(M, X, b)   REPEAT_2(M, X, b + 2)
-#define REPEAT_8(M, X, b)   REPEAT_4(M, X, b)   REPEAT_4(M, X, b + 4)
-#define REPEAT_16(M, X, b)  REPEAT_8(M, X, b)   REPEAT_8(M, X, b + 8)
-#define REPEAT_32(M, X, b)  REPEAT_16(M, X, b)  REPEAT_16(M, X, b + 16)
-#define REPEAT_64(M, X, b)  REPEAT_32(M, X, b)  REPEAT_32(M, X, b + 32)
+// REPEAT_n(Y, b) writes Y(b) .. Y(b + n - 1), and FOR_EACH_BLOCK takes one REPEAT_n for each
+// binary digit n of INC_BLOCKS, starting after the blocks of the digits above it,
+// INC_BLOCKS / 2n * 2n (p4c refuses `~` on a constant without a width: no INC_BLOCKS & ~(2n - 1)).
+#define REPEAT_1(Y, b)   Y(b)
+#define REPEAT_2(Y, b)   REPEAT_1(Y, b)   REPEAT_1(Y, b + 1)
+#define REPEAT_4(Y, b)   REPEAT_2(Y, b)   REPEAT_2(Y, b + 2)
+#define REPEAT_8(Y, b)   REPEAT_4(Y, b)   REPEAT_4(Y, b + 4)
+#define REPEAT_16(Y, b)  REPEAT_8(Y, b)   REPEAT_8(Y, b + 8)
+#define REPEAT_32(Y, b)  REPEAT_16(Y, b)  REPEAT_16(Y, b + 16)
+#define REPEAT_64(Y, b)  REPEAT_32(Y, b)  REPEAT_32(Y, b + 32)
 #if INC_BLOCKS & 64
-#define DIGIT_64(M, X) REPEAT_64(M, X, (INC_BLOCKS & ~127))
+#define DIGIT_64(Y) REPEAT_64(Y, (INC_BLOCKS / 128 * 128))
 #else
-#define DIGIT_64(M, X)
+#define DIGIT_64(Y)
 #endif
 #if INC_BLOCKS & 32
-#define DIGIT_32(M, X) REPEAT_32(M, X, (INC_BLOCKS & ~63))
+#define DIGIT_32(Y) REPEAT_32(Y, (INC_BLOCKS / 64 * 64))
 #else
-#define DIGIT_32(M, X)
+#define DIGIT_32(Y)
 #endif
 #if INC_BLOCKS & 16
-#define DIGIT_16(M, X) REPEAT_16(M, X, (INC_BLOCKS & ~31))
+#define DIGIT_16(Y) REPEAT_16(Y, (INC_BLOCKS / 32 * 32))
 #else
-#define DIGIT_16(M, X)
+#define DIGIT_16(Y)
 #endif
 #if INC_BLOCKS & 8
-#define DIGIT_8(M, X) REPEAT_8(M, X, (INC_BLOCKS & ~15))
+#define DIGIT_8(Y) REPEAT_8(Y, (INC_BLOCKS / 16 * 16))
 #else
-#define DIGIT_8(M, X)
+#define DIGIT_8(Y)
 #endif
 #if INC_BLOCKS & 4
-#define DIGIT_4(M, X) REPEAT_4(M, X, (INC_BLOCKS & ~7))
+#define DIGIT_4(Y) REPEAT_4(Y, (INC_BLOCKS / 8 * 8))
 #else
-#define DIGIT_4(M, X)
+#define DIGIT_4(Y)
 #endif
 #if INC_BLOCKS & 2
-#define DIGIT_2(M, X) REPEAT_2(M, X, (INC_BLOCKS & ~3))
+#define DIGIT_2(Y) REPEAT_2(Y, (INC_BLOCKS / 4 * 4))
 #else
-#define DIGIT_2(M, X)
+#define DIGIT_2(Y)
 #endif
 #if INC_BLOCKS & 1
-#define DIGIT_1(M, X) REPEAT_1(M, X, (INC_BLOCKS & ~1))
+#define DIGIT_1(Y) REPEAT_1(Y, (INC_BLOCKS / 2 * 2))
 #else
-#define DIGIT_1(M, X)
+#define DIGIT_1(Y)
 #endif
-#define FOR_EACH(M, X) \
-    DIGIT_64(M, X) DIGIT_32(M, X) DIGIT_16(M, X) DIGIT_8(M, X) DIGIT_4(M, X) DIGIT_2(M, X) DIGIT_1(M, X)
+#define FOR_EACH_BLOCK(Y) \
+    DIGIT_64(Y) DIGIT_32(Y) DIGIT_16(Y) DIGIT_8(Y) DIGIT_4(Y) DIGIT_2(Y) DIGIT_1(Y)
 
 struct headers_t {
     ethernet_t ethernet;
@@ -255,6 +252,9 @@ struct metadata_t {
     bit<8>  flags;
     bit<8>  need;
     bit<8>  needed;          // contributions that complete the round: num_workers, or 1 (FLAG_EAGER)
+    bit<32> overflow;        // bit 31: some element's int32 sum wrapped (add_contribution's flag)
+    // for the parser
+    bit<8>  blocks_left;     // blocks of elements still to extract
     // for egress
     bit<9>  ingress_port;
     bool    flooded;         // prune the ingress port from the flood group
@@ -270,8 +270,8 @@ struct metadata_t {
  ****************************  P A R S E R  ******************************
  *************************************************************************/
 
-// A truncated packet ends the parse with PacketTooShort and leaves the header it
-// could not extract invalid; ingress drops INC packets whose headers are not all valid.
+// A truncated packet ends the parse with PacketTooShort, and one whose count wants more blocks
+// than K with StackOutOfBounds; ingress drops INC packets with a parser error.
 parser MyParser(packet_in packet,
                 out headers_t hdr,
                 inout metadata_t meta,
@@ -304,16 +304,25 @@ parser MyParser(packet_in packet,
     }
     state parse_inc {
         packet.extract(hdr.inc);
-        transition select(hdr.inc.opcode) {
-            OP_JOIN: accept;     // header only, as is an ACK on its way to a worker
-            OP_ACK:  accept;
-            default: parse_elements;
+        transition select(hdr.inc.opcode, hdr.inc.count) {
+            (OP_JOIN, _): accept;     // header only, as is an ACK on its way to a worker
+            (OP_ACK, _):  accept;
+            (_, 0):       accept;     // no elements: ingress drops it
+            default:      parse_elements;
         }
     }
-#define EXTRACT_BLOCK(b) packet.extract(hdr.blocks.next);
+    // The count's elements, rounded up to whole blocks of 32: the last block's tail is zeros.
     state parse_elements {
-        FOR_EACH_BLOCK(EXTRACT_BLOCK)
-        transition accept;
+        meta.blocks_left = (bit<8>)(((bit<16>)hdr.inc.count + 31) >> 5);
+        transition parse_block;
+    }
+    state parse_block {
+        packet.extract(hdr.blocks.next);
+        meta.blocks_left = meta.blocks_left - 1;
+        transition select(meta.blocks_left) {
+            0:       accept;
+            default: parse_block;
+        }
     }
 }
 
@@ -481,46 +490,23 @@ control MyIngress(inout headers_t hdr,
     }
 
     // The first contribution of a round overwrites whatever the slot held, so a
-    // finished round needs no clearing.
-#define STORE_ELEMENT(b, f) slot_values.write(meta.value_base + 32 * (b) + f, hdr.blocks[b].e##f);
+    // finished round needs no clearing. Its elements: STORE_BLOCK, in apply.
     action start_round() {
         meta.seen = meta.worker_bit;
         meta.count = 1;
         meta.flags = hdr.inc.flags & ROUND_FLAGS;
         meta.need = hdr.inc.need;
         slot_seq.write(meta.slot, hdr.inc.seq);
-        FOR_EACH_ELEMENT(STORE_ELEMENT)
         contributions.count(0);
     }
 
-    // Signed overflow of s = a + b: a and b have the same sign and s the other one,
-    // i.e. bit 31 of (a ^ s) & (b ^ s). For min and max the contribution is kept where
-    // it is below (min) or not below (max) the stored value; they cannot overflow.
-    // The packet is left holding the partial result. The op's tests, the slot's base and the
-    // overflow bits are locals across the elements, which a target keeps in registers.
-#define ADD_ELEMENT(b, f)                                                      \
-        value = hdr.blocks[b].e##f;                                            \
-        slot_values.read(stored, base + 32 * (b) + f);                         \
-        sum = stored + value;                                                  \
-        overflow = overflow | ((stored ^ sum) & (value ^ sum));                \
-        combined = is_sum ? sum                                                \
-            : (((int<32>)value < (int<32>)stored) == lower_wins ? value : stored); \
-        slot_values.write(base + 32 * (b) + f, combined);                      \
-        hdr.blocks[b].e##f = combined;
+    // A contribution joins the round. Its elements, which ADD_BLOCK (in apply) combined into
+    // the slot before, said in meta.overflow whether a sum wrapped.
     action add_contribution() {
-        bool is_sum = hdr.inc.reduce_op == REDUCE_SUM;
-        bool lower_wins = hdr.inc.reduce_op == REDUCE_MIN;
-        bit<32> base = meta.value_base;
-        bit<32> overflow = 0;
-        bit<32> value;
-        bit<32> stored;
-        bit<32> sum;
-        bit<32> combined;
-        FOR_EACH_ELEMENT(ADD_ELEMENT)
         meta.seen = meta.seen | meta.worker_bit;
         meta.count = meta.count + 1;
         meta.flags = meta.flags | (hdr.inc.flags & ROUND_FLAGS)
-                     | (overflow[31:31] == 1 && is_sum ? FLAG_OVERFLOW : 8w0);
+                     | (meta.overflow[31:31] == 1 && hdr.inc.reduce_op == REDUCE_SUM ? FLAG_OVERFLOW : 8w0);
         meta.need = ((int<8>)hdr.inc.need > (int<8>)meta.need) ? hdr.inc.need : meta.need;
         contributions.count(0);
     }
@@ -543,12 +529,9 @@ control MyIngress(inout headers_t hdr,
         results_multicast.count(0);
     }
 
-    // A worker that lost the result retransmits: send it the stored result alone.
-#define LOAD_ELEMENT(b, f) slot_values.read(hdr.blocks[b].e##f, meta.value_base + 32 * (b) + f);
-#define VALID_BLOCK(b) hdr.blocks[b].setValid();
-#define ZERO_ELEMENT(b, f) hdr.blocks[b].e##f = 0;
+    // A worker that lost the result retransmits: send it the stored result alone (its
+    // elements: LOAD_BLOCK, in apply).
     action resend_result() {
-        FOR_EACH_ELEMENT(LOAD_ELEMENT)
         hdr.inc.opcode = OP_RESULT;
         hdr.inc.flags = meta.flags | FLAG_RESENT;
         hdr.inc.need = meta.need;
@@ -557,6 +540,36 @@ control MyIngress(inout headers_t hdr,
         meta.dest_worker = hdr.inc.worker_id;
         results_resent.count(0);
     }
+
+    // The element steps, one block at a time. A packet carries only the blocks its count needs,
+    // and a v1model action cannot skip the register accesses of the blocks it lacks, so these
+    // are written out in apply, each under its block's isValid().
+    // A round's first contribution stores its blocks and zeros in place of those it lacks: a
+    // round whose packets carried different counts sums as if each had carried all K elements.
+#define STORE_ELEMENT(b, f) slot_values.write(meta.value_base + 32 * (b) + f, hdr.blocks[b].e##f);
+#define CLEAR_ELEMENT(b, f) slot_values.write(meta.value_base + 32 * (b) + f, 0);
+#define STORE_BLOCK(b) \
+        if (hdr.blocks[b].isValid()) { IN_BLOCK(STORE_ELEMENT, b) } else { IN_BLOCK(CLEAR_ELEMENT, b) }
+    // Signed overflow of s = a + b: a and b have the same sign and s the other one,
+    // i.e. bit 31 of (a ^ s) & (b ^ s). For min and max the contribution is kept where
+    // it is below (min) or not below (max) the stored value; they cannot overflow.
+    // The packet is left holding the partial result. The op's tests, the slot's base and the
+    // overflow bits are locals across the elements, which a target keeps in registers.
+#define ADD_ELEMENT(b, f)                                                      \
+        value = hdr.blocks[b].e##f;                                            \
+        slot_values.read(stored, base + 32 * (b) + f);                         \
+        sum = stored + value;                                                  \
+        overflow = overflow | ((stored ^ sum) & (value ^ sum));                \
+        combined = is_sum ? sum                                                \
+            : (((int<32>)value < (int<32>)stored) == lower_wins ? value : stored); \
+        slot_values.write(base + 32 * (b) + f, combined);                      \
+        hdr.blocks[b].e##f = combined;
+#define ADD_BLOCK(b) if (hdr.blocks[b].isValid()) { IN_BLOCK(ADD_ELEMENT, b) }
+#define LOAD_ELEMENT(b, f) slot_values.read(hdr.blocks[b].e##f, meta.value_base + 32 * (b) + f);
+#define LOAD_BLOCK(b) if (hdr.blocks[b].isValid()) { IN_BLOCK(LOAD_ELEMENT, b) }
+    // A JOIN stands for the count's elements, all zero.
+#define ZERO_ELEMENT(b, f) hdr.blocks[b].e##f = 0;
+#define JOIN_BLOCK(b) if (blocks > (b)) { hdr.blocks[b].setValid(); IN_BLOCK(ZERO_ELEMENT, b) }
 
     action drop_duplicate() {
         duplicate_drops.count(0);
@@ -592,21 +605,19 @@ control MyIngress(inout headers_t hdr,
 
         // Addressed to the aggregator: it must be a whole, well-formed contribution (or JOIN).
         // Every check comes before the first register access.
-        // The lengths must say exactly one contribution (a JOIN: the header alone), in one
-        // unfragmented datagram: bytes the lengths disown, or a fragment, are not a contribution.
+        // The lengths must say exactly one contribution, its count's blocks (a JOIN: the header
+        // alone), in one unfragmented datagram: bytes the lengths disown, or a fragment, are not
+        // a contribution.
         if (!hdr.udp.isValid() || hdr.udp.dstPort != INC_PORT || !hdr.inc.isValid()
-                || standard_metadata.checksum_error == 1 || hdr.ipv4.version != 4
-                || hdr.ipv4.fragOffset != 0 || (hdr.ipv4.flags & IPV4_MORE_FRAGMENTS) != 0) {
+                || standard_metadata.checksum_error == 1 || standard_metadata.parser_error != error.NoError
+                || hdr.ipv4.version != 4 || hdr.ipv4.fragOffset != 0
+                || (hdr.ipv4.flags & IPV4_MORE_FRAGMENTS) != 0) {
             drop_malformed();
             return;
         }
-        if (hdr.inc.opcode == OP_JOIN) {
-            if (hdr.ipv4.totalLen != INC_HEADER_IPV4_LEN || hdr.udp.len != INC_HEADER_UDP_LEN) {
-                drop_malformed();
-                return;
-            }
-        } else if (!hdr.blocks[INC_BLOCKS - 1].isValid() || hdr.ipv4.totalLen != INC_IPV4_LEN
-                || hdr.udp.len != INC_UDP_LEN) {
+        bit<16> blocks = ((bit<16>)hdr.inc.count + 31) >> 5;
+        bit<16> data_bytes = hdr.inc.opcode == OP_JOIN ? 16w0 : blocks * BLOCK_BYTES;
+        if (hdr.ipv4.totalLen != INC_HEADER_IPV4_LEN + data_bytes || hdr.udp.len != INC_HEADER_UDP_LEN + data_bytes) {
             drop_malformed();
             return;
         }
@@ -682,8 +693,7 @@ control MyIngress(inout headers_t hdr,
         meta.value_base = meta.slot * INC_K;
         // A JOIN is a chunk of zeros from here on; a result or resend built from it needs them.
         if (hdr.inc.opcode == OP_JOIN) {
-            FOR_EACH_BLOCK(VALID_BLOCK)
-            FOR_EACH_ELEMENT(ZERO_ELEMENT)
+            FOR_EACH_BLOCK(JOIN_BLOCK)
         }
         read_slot();
 
@@ -716,6 +726,7 @@ control MyIngress(inout headers_t hdr,
         // data made the round, else nothing yet (they ask again later). They never start one.
         if (eager && hdr.inc.opcode == OP_JOIN) {
             if (complete && seq_delta == 0) {
+                FOR_EACH_BLOCK(LOAD_BLOCK)
                 resend_result();
             } else {
                 drop_stale();
@@ -723,12 +734,14 @@ control MyIngress(inout headers_t hdr,
             return;
         }
         if (meta.count == 0 || (complete && seq_delta != 0 && seq_delta[31:31] == 0)) {
+            FOR_EACH_BLOCK(STORE_BLOCK)
             start_round();
         } else if (seq_delta != 0) {
             drop_stale();
             return;
         } else if ((meta.seen & meta.worker_bit) != 0) {
             if (complete) {
+                FOR_EACH_BLOCK(LOAD_BLOCK)
                 resend_result();
                 // A leaf has its partial alone: it goes to the spine again, which answers
                 // with its stored result for all of this leaf's workers.
@@ -742,6 +755,16 @@ control MyIngress(inout headers_t hdr,
             }
             return;
         } else {
+            bool is_sum = hdr.inc.reduce_op == REDUCE_SUM;
+            bool lower_wins = hdr.inc.reduce_op == REDUCE_MIN;
+            bit<32> base = meta.value_base;
+            bit<32> overflow = 0;
+            bit<32> value;
+            bit<32> stored;
+            bit<32> sum;
+            bit<32> combined;
+            FOR_EACH_BLOCK(ADD_BLOCK)
+            meta.overflow = overflow;
             add_contribution();
         }
         write_slot();
@@ -836,8 +859,9 @@ control MyEgress(inout headers_t hdr,
                 hdr.ipv4.totalLen = INC_HEADER_IPV4_LEN;
                 hdr.udp.len = INC_HEADER_UDP_LEN;
             } else {
-                hdr.ipv4.totalLen = INC_IPV4_LEN;
-                hdr.udp.len = INC_UDP_LEN;
+                bit<16> data_bytes = (((bit<16>)hdr.inc.count + 31) >> 5) * BLOCK_BYTES;
+                hdr.ipv4.totalLen = INC_HEADER_IPV4_LEN + data_bytes;
+                hdr.udp.len = INC_HEADER_UDP_LEN + data_bytes;
             }
         } else if (meta.flooded && standard_metadata.egress_port == meta.ingress_port) {
             mark_to_drop(standard_metadata);

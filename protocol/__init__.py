@@ -14,7 +14,7 @@ RING_PORT = INC_PORT + 1         # the host ring baseline's host-to-host traffic
 AGG_IP = "10.0.0.254"
 AGG_MAC = "02:00:00:00:00:fe"
 
-INC_VERSION = 2                  # 2: a 12-bit count, for K above 255 (1: 8 bits)
+INC_VERSION = 3                  # 3: data in the count's blocks of 32 (2: always K elements; 1: an 8-bit count)
 POOL_SIZE = 512                  # slots per version in the switch, shared by all jobs
 MAX_WORKERS = 32                 # the switch's contributor bitmap is 32 bits
 JOB_LEAF = 0x80                  # added to set_job's num_workers on a leaf of a hierarchical job
@@ -59,9 +59,10 @@ FLAG_WINDOW_ACKS = 0x20          # a Reduce chunk whose root acknowledges it to 
 FLAG_ACK_NOW = 0x40              # the ring baseline's, host to host: a chunk that fills its sender's
                                  # window, so the receiver acknowledges it at once, not delayed
 
-# Sizes. A packet is Ethernet / IPv4 (no options) / UDP / the INC header / K int32 elements.
-# K, the elements per packet, is a build parameter of allreduce.p4 (INC_K, a multiple of 32) and so
-# part of each job: the controller reads it from the pipeline it pushes and records it in the job.
+# Sizes. A packet is Ethernet / IPv4 (no options) / UDP / the INC header / int32 elements: its
+# count's, in whole blocks of 32 (the last block ends in zeros), at most K. K, the elements per
+# packet, is a build parameter of allreduce.p4 (INC_K, a multiple of 32) and so part of each job:
+# the controller reads it from the pipeline it pushes and records it in the job.
 HEADER_SIZE = 16                 # the INC header
 ELEMENT_SIZE = 4                 # one int32 element
 IPV4_UDP_SIZE = 20 + 8           # the part of a packet before the INC header that an MTU counts
@@ -75,8 +76,14 @@ RECOMMENDED_ELEMENTS_PER_PACKET = {"p4sim": 352, "bmv2": 64}
 MAX_ELEMENTS_PER_PACKET = 4064   # the header's count has 12 bits
 
 
+def data_elements(count: int, k: int) -> int:
+    """The elements a packet with data carries for `count` in a job of K = `k`: the count's whole
+    blocks (a switch's K is a multiple of a block; a host-only aggregator's need not be: at most K)."""
+    return min(k, -(-count // ELEMENTS_PER_BLOCK) * ELEMENTS_PER_BLOCK)
+
+
 def payload_size(elements_per_packet: int) -> int:
-    """The UDP payload of an INC packet with data: the header and K elements."""
+    """The UDP payload of an INC packet with K elements of data, the largest of a job."""
     return HEADER_SIZE + ELEMENT_SIZE * elements_per_packet
 
 

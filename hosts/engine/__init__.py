@@ -39,6 +39,7 @@ DTYPES = {np.dtype(np.int32): 0, np.dtype(np.float32): 1, np.dtype(np.float16): 
 DTYPE_NAMES = {code: str(dtype) for dtype, code in DTYPES.items()}
 # The numbers C shares with Python, passed as -D flags (internal.h): one home for each.
 DEFINES = {"INC_VERSION": protocol.INC_VERSION, "INC_HEADER_SIZE": protocol.HEADER_SIZE, "POLL_CHUNKS": POLL_CHUNKS,
+           "ELEMENTS_PER_BLOCK": protocol.ELEMENTS_PER_BLOCK,
            **{name: getattr(protocol, name) for name in (
                "OP_CONTRIB", "OP_RESULT", "OP_RING", "OP_RING_ACK", "OP_JOIN", "OP_ACK", "OP_WINDOW_ACK", "WINDOW_ACK_ANSWERED", "FLAG_OVERFLOW",
                "FLAG_RETRANSMIT", "FLAG_EAGER", "FLAG_WINDOW_ACKS", "FLAG_ACK_NOW", "COLL_REDUCE", "COLL_BROADCAST",

@@ -207,8 +207,9 @@ static int build_packet(call_t *t, int64_t chunk, int64_t seq, uint8_t *out)
     inc_engine *e = t->e;
     int64_t k = t->k;
     int data = sends_data(t, chunk);
+    int64_t n = chunk < t->m - 1 ? k : t->size_last, carried = data_elements(n, k);
     inc_header h = {.opcode = data ? OP_CONTRIB : OP_JOIN, .job_id = e->job_id, .worker_id = e->worker_id,
-                    .count = (int)(chunk < t->m - 1 ? k : t->size_last), .pool_version = (int)((seq / e->window) % 2),
+                    .count = (int)n, .pool_version = (int)((seq / e->window) % 2),
                     .slot = (int)(seq % e->window), .seq = (uint32_t)seq, .reduce_op = t->c->reduce_op,
                     .collective = t->c->collective, .root = root_of(t, chunk)};
     uint8_t *elements = out + INC_HEADER_SIZE;
@@ -220,7 +221,7 @@ static int build_packet(call_t *t, int64_t chunk, int64_t seq, uint8_t *out)
         /* fits_at holds the chunk's own exponent, found when the call began */
         int fits = quantize_row(t->values + chunk * k, k, t->fits_at[chunk], exponent, e->num_workers, t->quantized);
         h.flags = fits ? 0 : FLAG_OVERFLOW;
-        for (int64_t i = 0; i < k; i++)
+        for (int64_t i = 0; i < carried; i++)
             put_be32(elements + 4 * i, (uint32_t)t->quantized[i]);
         break;
     }
@@ -233,16 +234,15 @@ static int build_packet(call_t *t, int64_t chunk, int64_t seq, uint8_t *out)
         if (!data)
             break;
         const int32_t *src = t->c->kind == ENG_KIND_ORDERED ? t->words : t->c->data;
-        int64_t n = chunk < t->m - 1 ? k : t->size_last;
         for (int64_t i = 0; i < n; i++)
             put_be32(elements + 4 * i, (uint32_t)src[chunk * k + i]);
-        memset(elements + 4 * n, 0, (size_t)(4 * (k - n)));
+        memset(elements + 4 * n, 0, (size_t)(4 * (carried - n)));
     }
     }
     if (t->window_acks)
         h.flags |= FLAG_WINDOW_ACKS;
     header_pack(&h, out);
-    return data ? (int)(INC_HEADER_SIZE + 4 * k) : INC_HEADER_SIZE;
+    return data ? (int)(INC_HEADER_SIZE + 4 * carried) : INC_HEADER_SIZE;
 }
 
 /* ---- results, taken in item order ---- */
@@ -275,10 +275,12 @@ static void answered_in_order(call_t *t, int64_t index, int64_t chunk, int flags
 
 static void record(call_t *t, item_t *it, int flags, int need, const uint8_t *payload)
 {
-    if (payload != NULL) {
+    if (payload != NULL) {           /* its count's blocks, which take_result checked are there */
         int32_t *row = t->sums + it->chunk * t->k;
-        for (int64_t i = 0; i < t->k; i++)
+        int64_t n = data_elements(get_be32(payload + 4) >> 12 & 0xFFF, t->k);
+        for (int64_t i = 0; i < n; i++)
             row[i] = (int32_t)get_be32(payload + INC_HEADER_SIZE + 4 * i);
+        memset(row + n, 0, (size_t)(4 * (t->k - n)));
     }
     it->flags = flags;
     it->need = need;
@@ -407,7 +409,7 @@ static void send_window_acks(call_t *t, int idle)
                         .seq = (uint32_t)(e->next_seq + (uint64_t)start + (uint64_t)count),
                         .reduce_op = t->c->reduce_op, .collective = COLL_REDUCE, .root = e->worker_id};
         header_pack(&h, t->window_ack);
-        batch_add(&t->out, t->window_ack, (size_t)(INC_HEADER_SIZE + 4 * t->k), &t->agg);
+        batch_add(&t->out, t->window_ack, (size_t)(INC_HEADER_SIZE + 4 * data_elements(count, t->k)), &t->agg);
         batch_flush(&t->out);            /* one buffer: sent before it is built again */
         t->c->stats.packets_sent++;
         t->c->stats.window_acks++;
@@ -423,7 +425,7 @@ static item_t *take_result(call_t *t, const uint8_t *data, int len)
     inc_header h;
     header_unpack(data, &h);
     int header_only = h.opcode == OP_JOIN || h.opcode == OP_ACK;
-    if (!header_only && len < INC_HEADER_SIZE + 4 * t->k)
+    if (!header_only && (h.count > t->k || len < INC_HEADER_SIZE + 4 * data_elements(h.count, t->k)))
         return NULL;
     if (h.opcode == OP_WINDOW_ACK && t->window_acks && h.job_id == e->job_id)
         return take_window_ack(t, &h, data);

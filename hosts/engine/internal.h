@@ -10,7 +10,8 @@
 
 #include "engine.h"
 
-/* The protocol's numbers (protocol/: INC_VERSION, INC_HEADER_SIZE, OP_*, FLAG_*, COLL_*) and
+/* The protocol's numbers (protocol/: INC_VERSION, INC_HEADER_SIZE, ELEMENTS_PER_BLOCK, OP_*, FLAG_*,
+   COLL_*) and
    hosts/quantize.py's (EXPONENT_MIN, EXPONENT_MAX, WIRE_BITS) come from Python as -D flags
    (hosts/engine/__init__.py: DEFINES), so C has no copy of them to fall out of step. */
 #ifndef INC_VERSION
@@ -24,6 +25,14 @@
    CPU (docs/measurements.md, "Tried in the ninth round"). Timing only, never what is sent. */
 #define COALESCE_S 300e-6
 #define COALESCE_MIN 16
+
+/* The elements a packet with data carries for `count` in a job of K = `k` (protocol.data_elements):
+   the count's whole blocks, at most K. */
+static inline int64_t data_elements(int64_t count, int64_t k)
+{
+    int64_t blocks = (count + ELEMENTS_PER_BLOCK - 1) / ELEMENTS_PER_BLOCK * ELEMENTS_PER_BLOCK;
+    return blocks < k ? blocks : k;
+}
 
 /* Seconds a call of `chunks` chunks reads before it sleeps: `spin` for one of at most POLL_CHUNKS
    (its results are due within about a round trip), else `spin_large` (hosts/engine spin_for). */

@@ -21,6 +21,7 @@
 typedef struct {
     int64_t seq;
     uint8_t *payload;
+    int64_t len;                     /* the payload's bytes */
     double sent, deadline;
     int64_t tries;
 } unacked_t;
@@ -100,13 +101,22 @@ static int reserve(ring_engine *r, int64_t seq)
     return 1;
 }
 
+/* The words a ring packet needs of its K `words`: up to the last nonzero one, its count; it
+   carries them in whole blocks (data_elements), and the receiver takes the rest for zeros. So a
+   short tensor's padding costs no bytes, as an INC packet carries only its count's blocks
+   (hosts/ring.py used_words). */
+static int64_t used_words(const uint8_t *words, int64_t k)
+{
+    int64_t used = k;
+    while (used > 0 && !memcmp(words + 4 * (used - 1), "\0\0\0\0", 4))
+        used--;
+    return used;
+}
+
 static void send_ack(ring_engine *r)
 {
     int64_t k = r->cfg.k, sack = 32 * k;
     uint8_t *p = r->ack_payload;
-    inc_header h = {.opcode = OP_RING_ACK, .job_id = r->cfg.job_id, .worker_id = r->cfg.rank,
-                    .seq = (uint32_t)r->cumulative};
-    header_pack(&h, p);
     memset(p + INC_HEADER_SIZE, 0, (size_t)(4 * k));
     for (int64_t d = 0; r->out_of_order && d < sack; d++) {
         if (is_present(r, r->cumulative + 1 + d)) {
@@ -114,26 +124,32 @@ static void send_ack(ring_engine *r)
             word[3 - (d % 32) / 8] |= (uint8_t)(1u << (d % 8));
         }
     }
+    int64_t used = used_words(p + INC_HEADER_SIZE, k);
+    inc_header h = {.opcode = OP_RING_ACK, .job_id = r->cfg.job_id, .worker_id = r->cfg.rank,
+                    .count = (int)used, .seq = (uint32_t)r->cumulative};
+    header_pack(&h, p);
     r->ack_pending = 0;
     r->ack_due = INFINITY;
     r->stats.acks++;
     /* Alone, now: the ack's buffer is reused by the next one. */
     send_batch one = {.fd = r->cfg.fd, .counters = &r->counters};
-    batch_add(&one, p, (size_t)r->packet, &r->peers[r->prev]);
+    batch_add(&one, p, (size_t)(INC_HEADER_SIZE + 4 * data_elements(used, k)), &r->peers[r->prev]);
     batch_flush(&one);
 }
 
 /* A chunk from the previous rank: kept, and acknowledged now if it was out of order or a
    duplicate (the sender may be missing an ack) or asks for it (it filled the sender's window),
    else with the next delayed ack. */
-static void take_chunk(ring_engine *r, int64_t seq, int flags, const uint8_t *elements)
+static void take_chunk(ring_engine *r, int64_t seq, int flags, const uint8_t *elements, int64_t count)
 {
     int in_order = seq == r->cumulative;
     int fresh = in_order || (seq > r->cumulative && !is_present(r, seq));
     if (fresh && reserve(r, seq)) {
         int32_t *row = r->rows + row_at(r, seq) * r->cfg.k;
-        for (int64_t i = 0; i < r->cfg.k; i++)
+        int64_t n = data_elements(count, r->cfg.k);
+        for (int64_t i = 0; i < n; i++)
             row[i] = (int32_t)get_be32(elements + 4 * i);
+        memset(row + n, 0, (size_t)(4 * (r->cfg.k - n)));
         r->present[row_at(r, seq)] = 1;
         r->out_of_order++;
         r->stored++;
@@ -158,7 +174,7 @@ static void resend(ring_engine *r, unacked_t *u, double now)
     u->sent = now;
     u->deadline = now + r->rto.rto;
     r->stats.retransmissions++;
-    batch_add(&r->out, u->payload, (size_t)r->packet, &r->peers[r->next]);
+    batch_add(&r->out, u->payload, (size_t)u->len, &r->peers[r->next]);
 }
 
 static void release(ring_engine *r, int64_t i)
@@ -173,11 +189,12 @@ static int sacked(const uint8_t *bitmap, int64_t d)
     return bitmap[4 * (d / 32) + 3 - (d % 32) / 8] >> (d % 8) & 1;
 }
 
-/* Release what an ack covers, timing the round trip of the newest chunk sent once (Karn's
-   rule); a hole with DUP_THRESHOLD chunks acked above it is sent again now. */
-static void take_ack(ring_engine *r, int64_t cumulative, const uint8_t *bitmap)
+/* Release what an ack covers (its `words` of bitmap; the rest are zeros), timing the round trip
+   of the newest chunk sent once (Karn's rule); a hole with DUP_THRESHOLD chunks acked above it is
+   sent again now. */
+static void take_ack(ring_engine *r, int64_t cumulative, const uint8_t *bitmap, int64_t words)
 {
-    int64_t sack = 32 * r->cfg.k;
+    int64_t sack = 32 * words;
     double now = eng_now();
     double newest_once = -1;
     for (int64_t i = 0; i < r->unacked_count;) {
@@ -213,16 +230,16 @@ static void take_ack(ring_engine *r, int64_t cumulative, const uint8_t *bitmap)
 
 static void take_datagram(ring_engine *r, const uint8_t *data, int len)
 {
-    if (len < INC_HEADER_SIZE + 4 * r->cfg.k)
+    if (len < INC_HEADER_SIZE)
         return;
     inc_header h;
     header_unpack(data, &h);
-    if (h.job_id != r->cfg.job_id)
+    if (h.job_id != r->cfg.job_id || h.count > r->cfg.k || len < INC_HEADER_SIZE + 4 * data_elements(h.count, r->cfg.k))
         return;
     if (h.opcode == OP_RING_ACK)
-        take_ack(r, h.seq, data + INC_HEADER_SIZE);
+        take_ack(r, h.seq, data + INC_HEADER_SIZE, h.count);
     else if (h.opcode == OP_RING && h.worker_id == r->prev)
-        take_chunk(r, h.seq, h.flags, data + INC_HEADER_SIZE);
+        take_chunk(r, h.seq, h.flags, data + INC_HEADER_SIZE, h.count);
 }
 
 /* The delayed ack if due; chunks whose timer expired (one backoff and window cut for all of
@@ -357,16 +374,18 @@ static int send_rows(ring_engine *r, ring_call *c, const int32_t *rows, int64_t 
            receiver that waited for chunks_per_ack in-order chunks or its ack delay would stall
            every window below chunks_per_ack (after a cut) on that delay. */
         int ack_now = r->unacked_count >= cwnd_allowed(&r->cwnd);
-        inc_header h = {.opcode = OP_RING, .flags = ack_now ? FLAG_ACK_NOW : 0, .job_id = r->cfg.job_id,
-                        .worker_id = r->cfg.rank, .count = (int)k, .seq = (uint32_t)u->seq};
-        header_pack(&h, u->payload);
         for (int64_t j = 0; j < k; j++)
             put_be32(u->payload + INC_HEADER_SIZE + 4 * j, (uint32_t)rows[i * k + j]);
+        int64_t used = used_words(u->payload + INC_HEADER_SIZE, k);
+        inc_header h = {.opcode = OP_RING, .flags = ack_now ? FLAG_ACK_NOW : 0, .job_id = r->cfg.job_id,
+                        .worker_id = r->cfg.rank, .count = (int)used, .seq = (uint32_t)u->seq};
+        header_pack(&h, u->payload);
+        u->len = INC_HEADER_SIZE + 4 * data_elements(used, k);
         u->sent = eng_now();
         u->deadline = u->sent + r->rto.rto;
         u->tries = 1;
         r->stats.chunks++;
-        batch_add(&r->out, u->payload, (size_t)r->packet, &r->peers[r->next]);
+        batch_add(&r->out, u->payload, (size_t)u->len, &r->peers[r->next]);
     }
     batch_flush(&r->out);
     return 1;

@@ -1238,9 +1238,6 @@ class Checker:
                 raise error_at(e, f"`!` needs a bool, got {t}")
             return BOOL
         t = self.expr(e.expr, scope, expected)
-        if isinstance(t, IntType) and expected is not None and isinstance(expected, BitType) and e.op == "~":
-            self.coerce(e.expr, expected)
-            t = expected
         if not isinstance(t, (BitType, IntType)):
             raise error_at(e, f"`{e.op}` needs a bit<W> or int<W>, got {t}")
         if e.op == "~" and isinstance(t, IntType):

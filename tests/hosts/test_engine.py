@@ -109,7 +109,7 @@ def window_acked(payloads: list[bytes]) -> dict[int, tuple[int, ...]]:
     out: dict[int, tuple[int, ...]] = {}
     for p in filter(is_window_ack, payloads):
         h = unpack_header(p, (len(p) - HEADER_SIZE) // 4)
-        codes = elements_view(p, (len(p) - HEADER_SIZE) // 4)
+        codes = elements_view(p)
         for i in range(h.count):
             if codes[i]:
                 seq = (h.seq - h.count + i) & 0xFFFFFFFF

@@ -11,8 +11,8 @@ from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
 from hosts.inc import (AGG_IP, COLL_BARRIER, COLL_BROADCAST, COLL_REDUCE, OP_ACK, OP_JOIN, FLAG_OVERFLOW, FLAG_RESENT, HEADER_SIZE, INC_K, INC_PORT, OP_CONTRIB,
-                       OP_RESULT, PAYLOAD_SIZE, REDUCE_MAX, REDUCE_MIN, MAX_ELEMENTS, MAX_WINDOW, Inc, IncFormatError,
-                       IncHeader, inc_layer, pack, payload_size, unpack)
+                       OP_RESULT, REDUCE_MAX, REDUCE_MIN, MAX_ELEMENTS, MAX_WINDOW, Inc, IncFormatError,
+                       IncHeader, data_elements, inc_layer, pack, payload_size, unpack)
 from hosts.agent import JobConfig
 
 HEADERS = [
@@ -67,12 +67,27 @@ def test_layer_is_bound_to_the_inc_port_both_ways() -> None:
     assert Ether(bytes(request))[Inc].elements[:3] == [1, 2, 0]
 
 
-def test_layer_fills_count_and_pads_elements() -> None:
-    raw = bytes(Inc(elements=[-1, 2, 3]))
-    assert len(raw) == PAYLOAD_SIZE
+def test_layer_fills_count_and_pads_elements_to_a_whole_block() -> None:
+    raw = bytes(inc_layer(352)(elements=[-1, 2, 3]))
+    assert len(raw) == HEADER_SIZE + 4 * 32                 # one block of 32, not K = 352
     assert int.from_bytes(raw[5:8], "big") >> 12 == 3      # the 12-bit count
     assert raw[HEADER_SIZE:HEADER_SIZE + 12] == bytes.fromhex("ffffffff0000000200000003")
-    assert raw[HEADER_SIZE + 12:] == bytes(4 * (INC_K - 3))
+    assert raw[HEADER_SIZE + 12:] == bytes(4 * (32 - 3))
+
+
+@pytest.mark.parametrize(("count", "blocks"), [(1, 1), (32, 1), (33, 2), (320, 10), (321, 11), (352, 11)])
+def test_a_packet_carries_its_count_s_whole_blocks_both_ways(count: int, blocks: int) -> None:
+    header = replace(HEADERS[0], count=count)
+    values = np.arange(1, count + 1, dtype=np.int32)
+    raw = pack(header, values, 352)
+    assert len(raw) == HEADER_SIZE + 4 * 32 * blocks == HEADER_SIZE + 4 * data_elements(count, 352)
+    assert raw == bytes(_scapy(header, values.tolist(), inc_layer(352)))
+    got_header, got = unpack(raw, 352)
+    assert got_header == header and got.tolist() == values.tolist() + [0] * (32 * blocks - count)
+    with pytest.raises(IncFormatError):                      # a block short of its count
+        unpack(raw[:-4 * 32], 352)
+    with pytest.raises(IncFormatError):                      # more than K
+        unpack(raw + bytes(4 * 352), 352)
 
 
 def test_more_than_k_elements_are_refused() -> None:
@@ -113,10 +128,11 @@ def test_a_job_s_own_k_packs_as_its_scapy_layer_builds_and_reads_back(k: int) ->
                        exponent=-4, need=9)
     elements = list(range(-2, -2 + header.count))
     raw = pack(header, np.array(elements, np.int32), k)
-    assert len(raw) == payload_size(k) == HEADER_SIZE + 4 * k
+    carried = min(k, 32)                                   # the count's one block, at most K
+    assert len(raw) == HEADER_SIZE + 4 * carried
     assert raw == bytes(_scapy(header, elements, inc_layer(k)))
     got_header, got_elements = unpack(raw, k)
-    assert got_header == header and got_elements.tolist() == elements + [0] * (k - header.count)
+    assert got_header == header and got_elements.tolist() == elements + [0] * (carried - header.count)
     dissected = Ether(bytes(Ether() / IP() / UDP(sport=40000, dport=INC_PORT) / Raw(raw)))[Inc]   # the bound layer
     assert dissected.elements == got_elements.tolist() and dissected.count == header.count
     with pytest.raises(ValueError, match=f"at most {k} elements"):
@@ -125,6 +141,7 @@ def test_a_job_s_own_k_packs_as_its_scapy_layer_builds_and_reads_back(k: int) ->
         unpack(raw[:-1], k)
     full = replace(header, count=k)                        # every count the job can have fits the field
     raw = pack(full, np.arange(k, dtype=np.int32), k)
+    assert len(raw) == payload_size(k) == HEADER_SIZE + 4 * k
     assert raw == bytes(_scapy(full, list(range(k)), inc_layer(k))) and unpack(raw, k)[0] == full
 
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from p4sim import Switch
 
-from hosts.inc import INC_K, OP_RING, OP_RING_ACK, IncHeader, pack, unpack
+from hosts.inc import HEADER_SIZE, INC_K, OP_RING, OP_RING_ACK, IncHeader, pack, unpack
 from hosts.inprocess import Faults, InProcessFabric
 from hosts.ring import RingConfig, RingStats, RingWorker
 from hosts.transport import UdpPeerTransport
@@ -300,7 +300,7 @@ class QueuePeers:
 
     def expect_ack(self, cumulative: int, above: list[int]) -> np.ndarray:
         """Check the next ack sent back to rank 0 against docs/protocol.md: the cumulative seq,
-        and a bitmap whose bit i of element w is chunk cumulative + 1 + 32w + i; its words."""
+        and a bitmap whose bit i of element w is chunk cumulative + 1 + 32w + i; its K words."""
         peer, payload = self.sent.get(timeout=5)
         header, elements = unpack(payload)
         assert (peer, header.opcode, header.worker_id, header.seq) == (0, OP_RING_ACK, 1, cumulative)
@@ -308,7 +308,11 @@ class QueuePeers:
         for s in above:
             d = s - cumulative - 1
             expected[d // 32] |= np.uint32(1 << (d % 32))
-        words = elements.view(np.uint32)
+        used = int(np.flatnonzero(expected)[-1]) + 1 if expected.any() else 0
+        # up to its last nonzero word, in whole blocks of 32; the receiver takes the rest for zeros
+        assert header.count == used and elements.size == -(-used // 32) * 32
+        words = np.zeros(INC_K, np.uint32)
+        words[:elements.size] = elements.view(np.uint32)
         np.testing.assert_array_equal(words, expected)
         return words
 
@@ -418,5 +422,26 @@ def test_a_call_waiting_for_chunks_wakes_once_they_are_all_in() -> None:
         np.testing.assert_array_equal(result[0], np.repeat(np.arange(16, dtype=np.int32), INC_K))
         np.testing.assert_array_equal(result[1], mine)
         assert (worker._arrived.wakes, worker._cv.wakes) == (1, 0)
+    finally:
+        worker.close(linger=0)
+
+
+def test_a_short_tensor_s_ring_chunk_carries_only_its_blocks() -> None:
+    """A 5-element AllGather chunk travels as one block of 32 with count 5, not as K elements;
+    a chunk that comes in as one block is the whole row, zeros after it."""
+    peers = QueuePeers()
+    worker = quiet_rank_one(peers)
+    mine, theirs = np.arange(1, 6, dtype=np.int32), np.arange(-5, 0, dtype=np.int32)
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            gathered = pool.submit(worker.all_gather, mine)
+            payload = peers.sent.get(timeout=5)[1]
+            header = unpack(payload)[0]
+            assert (header.opcode, header.count, len(payload)) == (OP_RING, 5, HEADER_SIZE + 4 * 32)
+            peers.inbox.put(pack(IncHeader(opcode=OP_RING, job_id=1, worker_id=0, count=5, slot=0, pool_version=0,
+                                           seq=0), theirs))
+            result = gathered.result(timeout=5)
+        np.testing.assert_array_equal(result[0], theirs)
+        np.testing.assert_array_equal(result[1], mine)
     finally:
         worker.close(linger=0)

@@ -7,14 +7,13 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from hosts.inc import (AGG_IP, COLL_ALLREDUCE, COLL_BARRIER, COLL_BROADCAST, COLL_REDUCE, FLAG_EAGER, FLAG_PARTIAL,
-                       HEADER_SIZE, INC_K, INC_PORT, INC_VERSION, OP_CONTRIB, OP_JOIN, OP_WINDOW_ACK, POOL_SIZE,
-                       REDUCE_MAX, REDUCE_SUM)
+from hosts.inc import (AGG_IP, COLL_ALLREDUCE, COLL_BARRIER, COLL_BROADCAST, COLL_REDUCE, ELEMENTS_PER_BLOCK,
+                       FLAG_EAGER, FLAG_PARTIAL, HEADER_SIZE, INC_K, INC_PORT, INC_VERSION, OP_ACK, OP_CONTRIB, OP_JOIN,
+                       OP_WINDOW_ACK, POOL_SIZE, REDUCE_MAX, REDUCE_SUM)
 
 FORWARDED = "forwarded"       # ordinary traffic the switch forwards unchanged
 IN_SLOT = "in_slot"           # passed every check: contributions, duplicate, stale or resent
 WINDOW_ACK = "window_ack"     # a root's window ACK: to the job's other workers, no slot, no counter
-INC_IPV4_LEN = 20 + 8 + HEADER_SIZE + 4 * INC_K
 JOIN_IPV4_LEN = 20 + 8 + HEADER_SIZE
 _AGG_IP = bytes(int(b) for b in AGG_IP.split("."))
 _ARP_REQUEST = 1
@@ -74,11 +73,16 @@ def expected_counter(frame: bytes, port: int, admitted: Admitted) -> str:
 
 def _whole_contribution(frame: bytes) -> bool:
     """IPv4 without options, good checksum, one unfragmented datagram to INC_PORT of exactly
-    one contribution's length (a JOIN's: the INC header alone), and all of it present."""
+    one contribution's length (its count's blocks of elements, at most K; a JOIN's: the INC
+    header alone), and all of it present."""
     version_ihl, total_len, flags_frag, proto = frame[14], *struct.unpack_from("!HxxH", frame, 16), frame[23]
     if version_ihl != 0x45 or proto != 17 or len(frame) < 14 + JOIN_IPV4_LEN:
         return False
-    ipv4_len = JOIN_IPV4_LEN if frame[42] & 0x0F == OP_JOIN else INC_IPV4_LEN
+    opcode, count = frame[42] & 0x0F, int.from_bytes(frame[47:49], "big") >> 4
+    blocks = -(-count // ELEMENTS_PER_BLOCK)
+    if opcode not in (OP_JOIN, OP_ACK) and count > INC_K:
+        return False                    # more blocks than the parser's stack holds
+    ipv4_len = JOIN_IPV4_LEN + (0 if opcode == OP_JOIN else 4 * ELEMENTS_PER_BLOCK * blocks)
     if len(frame) < 14 + ipv4_len:
         return False
     if not _ipv4_checksum_ok(frame[14:34]):

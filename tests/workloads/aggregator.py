@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from hosts.inc import (COLL_BARRIER, COLL_REDUCE, INC_K, OP_ACK, OP_CONTRIB, OP_JOIN, OP_RESULT, REDUCE_MAX,
-                       REDUCE_MIN, IncFormatError, IncHeader, pack, pack_header, unpack)
+                       REDUCE_MIN, IncFormatError, IncHeader, data_elements, pack, pack_header, unpack)
 
 
 @dataclass
@@ -67,12 +67,14 @@ class LoopbackAggregator:
                 continue
             r.senders[header.worker_id] = sender
             if header.opcode == OP_CONTRIB:
+                # A packet carries its count's blocks; as on the switch, the rest count as zeros.
+                n = len(elements)
                 if header.reduce_op in (REDUCE_MIN, REDUCE_MAX) and r.contributions:
-                    r.sums = (np.minimum if header.reduce_op == REDUCE_MIN else np.maximum)(r.sums, elements)
+                    r.sums[:n] = (np.minimum if header.reduce_op == REDUCE_MIN else np.maximum)(r.sums[:n], elements)
                 elif header.reduce_op in (REDUCE_MIN, REDUCE_MAX):
-                    r.sums = np.array(elements, np.int32)
+                    r.sums[:n] = elements
                 else:
-                    r.sums += elements
+                    r.sums[:n] += elements
                 r.contributions += 1
             else:
                 self.joins += 1
@@ -89,4 +91,4 @@ class LoopbackAggregator:
         header = replace(r.result, worker_id=worker)
         if header.collective == COLL_BARRIER or (header.collective == COLL_REDUCE and worker != header.root):
             return pack_header(replace(header, opcode=OP_ACK))
-        return pack(header, r.sums, self.k)
+        return pack(header, r.sums[:data_elements(header.count, self.k)], self.k)
