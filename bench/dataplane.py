@@ -31,8 +31,8 @@ from hosts.args import unwritable
 from p4sim import P4Error, Switch, compile_file
 from p4sim.cbuild import BuildError
 from p4sim.dataplane import CDataplane, Dataplane
-from p4sim.dataplane.traffic import (Blast, StubPipeline, TrafficSocket, VethLab, blast, replay, round_trips,
-                                     veth_lab)
+from p4sim.dataplane.traffic import (Blast, StubPipeline, TrafficSocket, VethLab, blast, lab_tag, replay,
+                                     round_trips, veth_lab)
 
 from . import p4sim as in_process
 from .environment import describe_environment
@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("p4sim").setLevel(logging.WARNING)
     environment = describe_environment("p4sim")
     runs = []
-    with veth_lab(str(os.getpid() % 100000), pairs=PAIRS) as lab:
+    with veth_lab(lab_tag(), pairs=PAIRS) as lab:
         ceiling = measure_ceiling(lab, args.frames)
         log.info("%-11s %-7s %9.0f packets/s (one veth hop, no switch)", "ceiling", "-", ceiling.pps)
         for workload in args.workload or WORKLOADS:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
+from p4sim.dataplane.traffic import lab_tag
 
 from topologies import machine
 
@@ -192,7 +193,7 @@ def no_leaks() -> Iterator[None]:
 
 def process_tag() -> str:
     """The tag tests put in the names of the namespaces and veths they create."""
-    return str(os.getpid() % 100000)
+    return lab_tag()
 
 
 def _descendants() -> list[Descendant]:

@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from p4sim.dataplane.traffic import remove_stale_labs
 from topologies import machine
 from topologies.fabric import leftovers, present_intfs, recorded_topology, unimpair_switch_links
 from topologies.procs import end, recorded
@@ -31,8 +32,10 @@ def fabric_dirs(build_dir: Path) -> list[Path]:
 
 def clean(build_dir: Path) -> list[str]:
     """End recorded processes and delete leftover switch veths, of `build_dir`'s fabric and of
-    those below it; return what was removed."""
-    return [what for d in fabric_dirs(build_dir) for what in clean_one(d)]
+    those below it, and the veth labs of p4sim's benches and tests that were killed before they
+    removed theirs; return what was removed."""
+    return ([what for d in fabric_dirs(build_dir) for what in clean_one(d)]
+            + [f"namespace {name}" for name in remove_stale_labs()])
 
 
 def clean_one(build_dir: Path) -> list[str]:

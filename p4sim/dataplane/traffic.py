@@ -197,12 +197,32 @@ class VethLab:
             time.sleep(0.05)
 
 
+LAB_NETNS = "p4simdp"      # a veth lab's namespace: this and its tag
+
+
+def lab_tag(pid: int | None = None) -> str:
+    """The tag a process puts in its veth lab's names: its pid mod 100000 (so that a name fits
+    the 15 characters of an interface's)."""
+    return str((os.getpid() if pid is None else pid) % 100000)
+
+
+def remove_stale_labs() -> list[str]:
+    """Delete the namespaces (and with them the veth pairs) of labs whose process is gone, killed
+    before veth_lab's cleanup ran: no running process has their tag. Returns their names."""
+    live = {lab_tag(int(p)) for p in os.listdir("/proc") if p.isdigit()}
+    stale = [name for line in _run("ip", "netns", "list").splitlines() if (name := line.split(" ")[0])
+             .startswith(LAB_NETNS) and name[len(LAB_NETNS):].isdigit() and name[len(LAB_NETNS):] not in live]
+    for name in stale:
+        subprocess.run(["ip", "netns", "del", name], capture_output=True)
+    return stale
+
+
 @contextlib.contextmanager
 def veth_lab(tag: str, pairs: int = 2, mtu: int | None = None) -> Iterator[VethLab]:
-    """`pairs` veth pairs named after `tag`, peers in namespace p4simdp<tag> and up, switch sides
-    left down (the data plane must bring them up), IPv6 off (the only frames are the caller's);
-    all removed on exit."""
-    netns = f"p4simdp{tag}"
+    """`pairs` veth pairs named after `tag` (lab_tag()), peers in namespace p4simdp<tag> and up,
+    switch sides left down (the data plane must bring them up), IPv6 off (the only frames are the
+    caller's); all removed on exit, and by remove_stale_labs if the process is killed first."""
+    netns = f"{LAB_NETNS}{tag}"
     lab = VethLab(netns, tuple(f"p4s{chr(97 + i)}{tag}" for i in range(pairs)),
                   tuple(f"p4s{chr(97 + i)}{tag}p" for i in range(pairs)))
     _sh("ip", "netns", "add", netns)

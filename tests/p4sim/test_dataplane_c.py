@@ -19,7 +19,8 @@ import pytest
 from scapy.utils import RawPcapWriter, rdpcap
 
 from p4sim.dataplane import CDataplane
-from p4sim.dataplane.traffic import StubPipeline, TrafficSocket, VethLab, blast, veth_lab
+from p4sim.dataplane.traffic import (LAB_NETNS, StubPipeline, TrafficSocket, VethLab, blast, lab_tag, remove_stale_labs,
+                                     veth_lab)
 from tests.conftest import process_tag
 
 pytestmark = pytest.mark.mininet
@@ -311,3 +312,18 @@ def test_a_switch_stopped_mid_traffic_frees_its_sockets_threads_and_files(lab, t
         dataplane.close()
     assert open_fds() == fds_before
     assert not [t for t in threading.enumerate() if t.name.startswith("p4sim-dataplane")]
+
+
+def test_make_stop_removes_the_lab_of_a_killed_process_and_keeps_live_ones(lab: VethLab) -> None:
+    """A bench killed before veth_lab's cleanup leaves its namespace and veths: remove_stale_labs
+    (which `make stop` runs) deletes a lab whose tag no running process has, not this one's."""
+    live = {lab_tag(int(p)) for p in os.listdir("/proc") if p.isdigit()}
+    dead = next(str(t) for t in range(99999, 0, -1) if str(t) not in live)
+    stale = f"{LAB_NETNS}{dead}"
+    subprocess.run(["ip", "netns", "add", stale], check=True)
+    try:
+        assert stale in remove_stale_labs()
+        listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        assert stale not in listed and lab.netns in listed
+    finally:
+        subprocess.run(["ip", "netns", "del", stale], capture_output=True)
