@@ -17,7 +17,8 @@ from scapy.packet import Packet, bind_layers
 # The protocol's numbers live in protocol/ (shared with the controller); re-exported here,
 # where the packet code and its users have always found them.
 from protocol import (AGG_IP, AGG_MAC, COLL_ALLREDUCE, COLL_BARRIER, COLL_BROADCAST,  # noqa: F401
-                      COLL_REDUCE, COLLECTIVES, DEFAULT_ELEMENTS_PER_PACKET, ELEMENTS_PER_BLOCK, data_elements, payload_size,
+                      COLL_REDUCE, COLLECTIVES, DEFAULT_ELEMENTS_PER_PACKET, ELEMENTS_PER_BLOCK, data_elements,
+                      payload_size,
                       MAX_ELEMENTS_PER_PACKET, FLAG_ACK_NOW, FLAG_EAGER, FLAG_OVERFLOW, FLAG_PARTIAL, FLAG_WINDOW_ACKS,
                       FLAG_RESENT, FLAG_RETRANSMIT, HEADER_ONLY, HEADER_SIZE, INC_PORT, INC_VERSION,
                       MAX_WORKERS, OP_ACK, OP_CONTRIB, OP_JOIN, OP_RESULT, OP_RING, OP_RING_ACK, OP_WINDOW_ACK, OPCODES,

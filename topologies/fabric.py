@@ -48,7 +48,9 @@ class FabricError(RuntimeError):
 @dataclass(frozen=True)
 class Impairment:
     """Random loss on every host link, both directions; duplication and reordering host -> switch;
-    random loss on every link between two switches, both directions (`switch_loss_pct`)."""
+    random loss on every link between two switches, both directions (`switch_loss_pct`). A host's
+    segmented send (UDP_SEGMENT: the workers send a run of same-size datagrams as one) passes the
+    host's rules as one packet, so its datagrams share one fate on the way to the switch."""
     loss_pct: float = 0.0
     duplicate_pct: float = 0.0
     reorder_pct: float = 0.0
