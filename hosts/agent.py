@@ -1069,7 +1069,8 @@ class _Float32Call(_Call):
         if chunk < self.known and not self.item_redo[-1]:
             elements = self.prepared[self.wire_span(chunk)]
         else:
-            elements = self._quantized(np.array([chunk]))[:4 * data_elements(self.count(chunk), self.k)]
+            span = self.wire_span(chunk)
+            elements = self._quantized(np.array([chunk]))[:span.stop - span.start]
         return self.header(chunk, slot, version, seq, 0 if fits else FLAG_OVERFLOW, exponent,
                            int(self.local[chunk])) + elements
 

@@ -85,6 +85,7 @@ const bit<16> UP_GROUP = 0x8000;
 #error "INC_K, the elements per packet, must be a multiple of 32 from 32 to 4064 (the header's count has 12 bits)"
 #endif
 #define INC_BLOCKS (INC_K / 32)  // the elements travel in blocks of 32
+#define BLOCKS(count) (((bit<16>)(count) + 31) >> 5)   // the blocks a packet of `count` elements carries
 const bit<16> BLOCK_BYTES = 4 * 32;
 const bit<32> POOL_SIZE   = 512;               // slots per version, shared by all jobs
 const bit<32> SLOT_COUNT  = 2 * POOL_SIZE;     // register entries: version * POOL_SIZE + slot
@@ -313,7 +314,7 @@ parser MyParser(packet_in packet,
     }
     // The count's elements, rounded up to whole blocks of 32: the last block's tail is zeros.
     state parse_elements {
-        meta.blocks_left = (bit<8>)(((bit<16>)hdr.inc.count + 31) >> 5);
+        meta.blocks_left = (bit<8>)BLOCKS(hdr.inc.count);
         transition parse_block;
     }
     state parse_block {
@@ -615,7 +616,7 @@ control MyIngress(inout headers_t hdr,
             drop_malformed();
             return;
         }
-        bit<16> blocks = ((bit<16>)hdr.inc.count + 31) >> 5;
+        bit<16> blocks = BLOCKS(hdr.inc.count);
         bit<16> data_bytes = hdr.inc.opcode == OP_JOIN ? 16w0 : blocks * BLOCK_BYTES;
         if (hdr.ipv4.totalLen != INC_HEADER_IPV4_LEN + data_bytes || hdr.udp.len != INC_HEADER_UDP_LEN + data_bytes) {
             drop_malformed();
@@ -859,7 +860,7 @@ control MyEgress(inout headers_t hdr,
                 hdr.ipv4.totalLen = INC_HEADER_IPV4_LEN;
                 hdr.udp.len = INC_HEADER_UDP_LEN;
             } else {
-                bit<16> data_bytes = (((bit<16>)hdr.inc.count + 31) >> 5) * BLOCK_BYTES;
+                bit<16> data_bytes = BLOCKS(hdr.inc.count) * BLOCK_BYTES;
                 hdr.ipv4.totalLen = INC_HEADER_IPV4_LEN + data_bytes;
                 hdr.udp.len = INC_HEADER_UDP_LEN + data_bytes;
             }

@@ -273,14 +273,15 @@ static void answered_in_order(call_t *t, int64_t index, int64_t chunk, int flags
     }
 }
 
-static void record(call_t *t, item_t *it, int flags, int need, const uint8_t *payload)
+/* `elements`: a result's `carried` elements (take_result checked they are there), or NULL for
+   an ACK. */
+static void record(call_t *t, item_t *it, int flags, int need, const uint8_t *elements, int64_t carried)
 {
-    if (payload != NULL) {           /* its count's blocks, which take_result checked are there */
+    if (elements != NULL) {
         int32_t *row = t->sums + it->chunk * t->k;
-        int64_t n = data_elements(get_be32(payload + 4) >> 12 & 0xFFF, t->k);
-        for (int64_t i = 0; i < n; i++)
-            row[i] = (int32_t)get_be32(payload + INC_HEADER_SIZE + 4 * i);
-        memset(row + n, 0, (size_t)(4 * (t->k - n)));
+        for (int64_t i = 0; i < carried; i++)
+            row[i] = (int32_t)get_be32(elements + 4 * i);
+        memset(row + carried, 0, (size_t)(4 * (t->k - carried)));
     }
     it->flags = flags;
     it->need = need;
@@ -335,7 +336,8 @@ static void keep_early(call_t *t, const inc_header *h, const uint8_t *data, int 
    round that waited for a retransmission, items sent before the job's first result (their wait
    timed the slowest peer's start-up) and silent items (their wait timed their root's lateness)
    give no round-trip sample. */
-static void answer(call_t *t, item_t *it, int flags, int need, const uint8_t *payload, double now)
+static void answer(call_t *t, item_t *it, int flags, int need, const uint8_t *elements, int64_t carried,
+                   double now)
 {
     inc_engine *e = t->e;
     if (it->sends == 1 && !(flags & FLAG_RETRANSMIT) && it->first_sent >= e->live_since && !silent(t, it->index))
@@ -346,7 +348,7 @@ static void answer(call_t *t, item_t *it, int flags, int need, const uint8_t *pa
         t->c->stats.has_first_result = 1;
     }
     t->c->stats.results++;
-    record(t, it, flags, need, payload);
+    record(t, it, flags, need, elements, carried);
 }
 
 /* hosts/agent.py Worker._accept_window_ack: a root's window ACK answers those of its items among
@@ -371,7 +373,7 @@ static item_t *take_window_ack(call_t *t, const inc_header *h, const uint8_t *da
         t->in_flight--;
         /* The round trip now ends at the root's window ACK, and the RTO must cover it (as TCP's
            covers a delayed ack). */
-        answer(t, it, (int)(code >> 8 & 0xFF), (int8_t)(code & 0xFF), NULL, now);
+        answer(t, it, (int)(code >> 8 & 0xFF), (int8_t)(code & 0xFF), NULL, 0, now);
         last = it;
     }
     stats->window_acks++;
@@ -445,7 +447,8 @@ static item_t *take_result(call_t *t, const uint8_t *data, int len)
         e->eager = 1;
     if ((h.flags & FLAG_WINDOW_ACKS) && h.collective == COLL_REDUCE && e->window_acks)
         e->takes_window_acks = 1;
-    answer(t, it, h.flags, h.need, h.opcode == OP_RESULT ? data : NULL, now);
+    answer(t, it, h.flags, h.need, h.opcode == OP_RESULT ? data + INC_HEADER_SIZE : NULL, data_elements(h.count, t->k),
+           now);
     if (t->window_acks && root_of(t, it->chunk) == e->worker_id) {   /* the others learn it from me */
         if (!t->owned_count || it->index < t->owned_from)
             t->owned_from = it->index;
