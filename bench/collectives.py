@@ -55,7 +55,10 @@ def bench_collectives(plan: Plan, collectives: list[str], options: FabricOptions
     with Fabric(star(n, mtu=plan.mtu), options) as fabric:
         trials = set_up(fabric, plan, options)
         for collective in collectives:
-            for size in [0] if collective == "barrier" else plan.sizes:
+            sizes = [0] if collective == "barrier" else plan.sizes
+            for algorithm in plan.algorithms:   # warm up the collective's own code paths, untimed
+                trials.run(algorithm, sizes[0], seed=0, collective=collective)
+            for size in sizes:
                 for rep in range(plan.reps_for(size)):
                     # Rotate which algorithm goes first, so drift hits both alike.
                     for algorithm in plan.algorithms[rep % k:] + plan.algorithms[:rep % k]:
@@ -112,8 +115,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="comma-separated buffer sizes in bytes (default 256 B to 1 MiB, x4)")
     ap.add_argument("--collectives", nargs="+", choices=COLLECTIVES, default=list(COLLECTIVES),
                     help="what to measure (default all)")
-    ap.add_argument("--reps", type=int, default=5, help="repetitions per point up to 64 KiB (default 5)")
-    ap.add_argument("--reps-large", type=int, default=3, help="repetitions per point above 64 KiB (default 3)")
+    ap.add_argument("--reps", type=int, default=15, help="repetitions per point up to 64 KiB (default 15)")
+    ap.add_argument("--reps-large", type=int, default=5, help="repetitions per point above 64 KiB (default 5)")
     add_trial_options(ap)
     ap.add_argument("--window-acks", action=argparse.BooleanOptionalAction, default=JobConfig.window_acks,
                     help="INC workers' Reduce and ReduceScatter acknowledged by their roots (docs/protocol.md, "
