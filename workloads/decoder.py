@@ -231,17 +231,21 @@ class Decoder:
 
 def reference_generate(config: DecoderConfig, prompt: list[int], new_tokens: int) -> Generation:
     """The single-process reference: every weight on one rank, no communication."""
-    return Decoder(load_shard(config, 0, 1), _Alone()).generate(prompt, new_tokens)
+    return Decoder(load_shard(config, 0, 1), Alone()).generate(prompt, new_tokens)
 
 
-class _Alone:
-    """The collectives of a group of one."""
+@dataclass(frozen=True)
+class Alone:
+    """No communication: each collective returns this rank's own data at once. For a group of one
+    these are the collectives; for `world_size` ranks it is the decoder's compute alone on its
+    shard (the demo's floor: what free collectives would reach), whose tokens are not the model's."""
+    world_size: int = 1
 
     def all_reduce(self, array: np.ndarray) -> np.ndarray:
         return array
 
     def all_gather(self, array: np.ndarray) -> list[np.ndarray]:
-        return [array]
+        return [array] * self.world_size
 
 
 def _rms_norm(x: np.ndarray) -> np.ndarray:

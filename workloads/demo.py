@@ -3,7 +3,9 @@
 switch), each checked against the single-process reference (with --impl torch: the PyTorch
 decoder on torch.distributed's "p4inc" backend and on gloo); prints per-token latency (median,
 p99), tokens/s, the share of time in collectives and INC's tokens/s over each baseline's, and
-writes JSON and a PNG. Every worker is `python -m workloads.tp_worker`, started with
+writes JSON and a PNG. A last row runs the same ranks with no collectives at all (each computes
+its shard alone, unchecked): the floor that free collectives would reach on these cores, which
+says how much of each backend's time its collectives cost. Every worker is `python -m workloads.tp_worker`, started with
 torchrun-style environment variables as a launcher would start it (INC, ring, gloo), or by
 mpirun (MPI).
 """
@@ -44,8 +46,9 @@ log = logging.getLogger("workloads.demo")
 # What INC is measured against, per decoder: hosts.dist's ring and Open MPI, or torch's gloo,
 # all through the same switch.
 BASELINES = {"numpy": ("ring", "mpi"), "torch": ("gloo",)}
-BACKENDS = ("inc", "ring", "mpi", "gloo")
-LABELS = {"inc": "INC", "ring": "host ring", "mpi": "MPI_Allreduce", "gloo": "gloo"}
+FLOORS = {"numpy": ("none",), "torch": ()}      # tp_worker --backend none: the numpy decoder only
+BACKENDS = ("inc", "ring", "mpi", "gloo", "none")
+LABELS = {"inc": "INC", "ring": "host ring", "mpi": "MPI_Allreduce", "gloo": "gloo", "none": "no collectives (floor)"}
 SHORT = {"ring": "ring", "mpi": "MPI", "gloo": "gloo"}      # the table's INC/... columns
 MASTER_PORT = 29500
 # One BLAS thread per rank, as torchrun sets OMP_NUM_THREADS=1: N ranks share the cores,
@@ -59,12 +62,14 @@ class DemoError(RuntimeError):
 
 @dataclass(frozen=True)
 class Run:
-    """One generation on every host: rank 0's per-token step and collective seconds, and the check."""
+    """One generation on every host: rank 0's per-token step and collective seconds, and the
+    check; for backend "none" the slowest rank's times and no check (the ranks never combine
+    their shards)."""
     backend: str
     workers: int
     step_s: list[float]
     comm_s: list[float]
-    comparison: Comparison
+    comparison: Comparison | None
 
 
 @dataclass(frozen=True)
@@ -76,18 +81,19 @@ class Summary:
     p99_ms: float
     tokens_per_s: float
     comm_share: float
-    correct: bool
-    max_logit_error: float
-    tolerance: float
+    correct: bool | None            # None: not checked (backend "none")
+    max_logit_error: float | None
+    tolerance: float | None
 
     @classmethod
     def of(cls, runs: list[Run]) -> Summary:
         steps = np.concatenate([r.step_s for r in runs])
         comm = np.concatenate([r.comm_s for r in runs])
+        checks = [r.comparison for r in runs if r.comparison is not None]
         return cls(runs[0].backend, runs[0].workers, len(steps), 1e3 * float(np.median(steps)),
                    1e3 * float(np.percentile(steps, 99)), len(steps) / float(steps.sum()),
-                   float(comm.sum() / steps.sum()), all(r.comparison.ok for r in runs),
-                   max(r.comparison.max_error for r in runs), runs[0].comparison.tolerance)
+                   float(comm.sum() / steps.sum()), all(c.ok for c in checks) if checks else None,
+                   max(c.max_error for c in checks) if checks else None, checks[0].tolerance if checks else None)
 
 
 def rank_envs(fabric: Fabric) -> list[dict[str, str]]:
@@ -149,6 +155,9 @@ def run_decoder(fabric: Fabric, backend: str, worker_args: list[str], work_dir: 
         for _, proc, _ in started:
             end_child(proc)
     shards = [np.load(out_dir / f"rank{r}.npz") for r in range(len(hosts))]
+    if backend == "none":   # no check (each rank chose from its own slice); the slowest rank's times
+        slowest = max(shards, key=lambda s: float(s["step_s"].sum()))
+        return Run(backend, len(hosts), slowest["step_s"].tolist(), slowest["comm_s"].tolist(), None)
     tokens = shards[0]["tokens"].tolist()
     if any(s["tokens"].tolist() != tokens for s in shards):
         raise DemoError(f"N={len(hosts)} {backend}: the ranks generated different tokens")
@@ -191,10 +200,18 @@ def print_table(summaries: list[Summary], baselines: tuple[str, ...] = ("ring", 
     for s in summaries:
         mine = ratios.get(s.workers, {}) if s.backend == "inc" else {}
         cells = [f"{mine[base]:.2f}x" if base in mine else "" for base in baselines]
-        check = "OK" if s.correct else "WRONG"
+        check = ("not checked: each rank computed its shard alone" if s.correct is None else
+                 f"{'OK' if s.correct else 'WRONG'} (max logit error {s.max_logit_error:.2g}, "
+                 f"tolerance {s.tolerance:.2g})")
         print(f"{s.workers:>2} {s.backend:7} {s.median_ms:>10.1f} {s.p99_ms:>8.1f} {s.tokens_per_s:>9.2f} "
-              f"{100 * s.comm_share:>14.0f}% {' '.join(f'{c:>8}' for c in cells)}  {check} (max logit error "
-              f"{s.max_logit_error:.2g}, tolerance {s.tolerance:.2g})")
+              f"{100 * s.comm_share:>14.0f}% {' '.join(f'{c:>8}' for c in cells)}  {check}")
+    by = {(s.workers, s.backend): s for s in summaries}
+    for n in sorted({s.workers for s in summaries}):
+        if (floor := by.get((n, "none"))) is not None:
+            shares = ", ".join(f"{LABELS[b]} {100 * by[(n, b)].tokens_per_s / floor.tokens_per_s:.0f}%"
+                               for b in BACKENDS if b != "none" and (n, b) in by)
+            print(f"N={n}: with no collectives the ranks make {floor.tokens_per_s:.1f} tokens/s on these cores; "
+                  f"of that, {shares}")
 
 
 def plot(summaries: list[Summary], path: Path, title: str) -> None:
@@ -244,8 +261,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reps", type=int, default=1, help="generations per backend and N, alternating which "
                    "backend goes first (default 1)")
     p.add_argument("--backends", nargs="+", choices=BACKENDS,
-                   help="what the decoder's collectives run on (default all that --impl runs: numpy, inc ring mpi; "
-                        "torch, inc gloo)")
+                   help="what the decoder's collectives run on (default all that --impl runs: numpy, inc ring mpi "
+                        "none; torch, inc gloo); none: no collectives, the floor")
     p.add_argument("--target", choices=("p4sim", "bmv2"), default=os.environ.get("TARGET", "p4sim"))
     p.add_argument("--mtu", type=int, default=DEFAULT_MTU,
                    help=f"MTU of every link, for all backends (default {DEFAULT_MTU}; 9000: jumbo frames)")
@@ -274,9 +291,10 @@ def main(argv: list[str] | None = None) -> int:
         if (why := unwritable(path)) is not None:
             p.error(why)
     settle_elements_per_packet(p, args)
-    backends = tuple(b for b in ("inc", *BASELINES[args.impl]) if b in (args.backends or BACKENDS))
+    runnable = ("inc", *BASELINES[args.impl], *FLOORS[args.impl])
+    backends = tuple(b for b in runnable if b in (args.backends or BACKENDS))
     if (wrong := sorted(set(args.backends or ()) - set(backends))):
-        p.error(f"--impl {args.impl} runs {', '.join(('inc', *BASELINES[args.impl]))}, not {', '.join(wrong)}")
+        p.error(f"--impl {args.impl} runs {', '.join(runnable)}, not {', '.join(wrong)}")
     if "mpi" in backends and (why := mpi_missing()) is not None:
         p.error(f"cannot run the MPI row: {why}; or leave it out with --backends inc ring")
     if os.geteuid() != 0:
@@ -315,11 +333,13 @@ def main(argv: list[str] | None = None) -> int:
     summaries = [Summary.of([r for r in runs if (r.workers, r.backend) == key])
                  for key in sorted({(r.workers, r.backend) for r in runs}, key=lambda k: (k[0], BACKENDS.index(k[1])))]
     print_table(summaries, BASELINES[args.impl])
-    margin = min(r.comparison.min_margin for r in runs)
-    tolerance = max(s.tolerance for s in summaries)
-    print(f"logits within {tolerance:.2g} of the reference pass (LOGIT_RTOL x max |logit|); the reference's smallest "
-          f"top-1 minus top-2 logit is {margin:.3g}, so {'no' if margin > tolerance else 'a'} greedy choice is a "
-          f"near-tie that rounding could flip")
+    checked = [r.comparison for r in runs if r.comparison is not None]
+    if checked:
+        margin = min(c.min_margin for c in checked)
+        tolerance = max(c.tolerance for c in checked)
+        print(f"logits within {tolerance:.2g} of the reference pass (LOGIT_RTOL x max |logit|); the reference's "
+              f"smallest top-1 minus top-2 logit is {margin:.3g}, so {'no' if margin > tolerance else 'a'} greedy "
+              f"choice is a near-tie that rounding could flip")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({
         "environment": describe_environment(args.target),
@@ -329,12 +349,13 @@ def main(argv: list[str] | None = None) -> int:
         "reference_tokens": reference.tokens,
         "summaries": [asdict(s) for s in summaries],
         "inc_tokens_per_s_over": {str(n): r for n, r in inc_ratios(summaries).items()},
-        "runs": [{**asdict(r), "comparison": {**asdict(r.comparison), "ok": r.comparison.ok}} for r in runs]},
+        "runs": [{**asdict(r), "comparison": r.comparison and {**asdict(r.comparison), "ok": r.comparison.ok}}
+                 for r in runs]},
         indent=2))
     png = args.out.with_suffix(".png")
     plot(summaries, png, f"{config.layers}-layer {args.impl} decoder, hidden {config.hidden}, float32, {args.target}")
     print(f"wrote {args.out} and {png}")
-    return 0 if all(s.correct for s in summaries) else 1
+    return 0 if all(s.correct is not False for s in summaries) else 1
 
 
 def _model_flags(args: argparse.Namespace) -> list[str]:

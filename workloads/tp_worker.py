@@ -3,7 +3,7 @@ from the environment (torchrun's RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT or Open
 OMPI_COMM_WORLD_*), the collectives from hosts.dist (--impl numpy), or with --backend mpi Open
 MPI's own MPI_Allreduce and MPI_Allgather (mpi4py; started by mpirun), the external baseline; or the
 PyTorch decoder (workloads/torch_decoder.py) on torch.distributed's "p4inc" backend or gloo
-(--impl torch). Writes this rank's tokens, logits slice
+(--impl torch), or with --backend none no collectives at all (the compute floor). Writes this rank's tokens, logits slice
 and timings to OUT_DIR/rank<R>.npz; rank 0 prints one JSON line per generated token (progress)
 and a last line with the summary.
 
@@ -23,7 +23,7 @@ import numpy as np
 
 from hosts import dist
 from hosts.agent import IncError
-from workloads.decoder import Decoder, DecoderConfig, load_shard, prompt_tokens
+from workloads.decoder import Alone, Decoder, DecoderConfig, load_shard, prompt_tokens
 
 
 IMPLS = ("numpy", "torch")
@@ -91,11 +91,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--impl", choices=IMPLS, default="numpy",
                    help="numpy: the numpy decoder on hosts.dist; torch: the PyTorch decoder on torch.distributed "
                         "(needs make setup TORCH=1) (default numpy)")
-    p.add_argument("--backend", choices=(*dist.BACKENDS, "gloo", "mpi"),
+    p.add_argument("--backend", choices=(*dist.BACKENDS, "gloo", "mpi", "none"),
                    default=os.environ.get("P4INC_BACKEND", "auto"),
                    help="inc: the switch sums; ring: host ring; auto: the switch if it answers, else the ring; "
                         "gloo: torch's own backend (--impl torch only); mpi: Open MPI's MPI_Allreduce under "
-                        "mpirun (--impl numpy only) (default $P4INC_BACKEND or auto)")
+                        "mpirun (--impl numpy only); none: no collectives, each rank computes its shard alone, the floor free "
+                        "collectives would reach (its tokens are not the model's; --impl numpy only) "
+                        "(default $P4INC_BACKEND or auto)")
     p.add_argument("-o", "--out-dir", type=Path, required=True, help="where rank<R>.npz is written")
     return p
 
@@ -107,8 +109,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--tokens and --prompt-length must be at least 1")
     if args.backend == "gloo" and args.impl != "torch":
         parser.error("--backend gloo needs --impl torch")
-    if args.backend == "mpi" and args.impl != "numpy":
-        parser.error("--backend mpi needs --impl numpy")
+    if args.backend in ("mpi", "none") and args.impl != "numpy":
+        parser.error(f"--backend {args.backend} needs --impl numpy")
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(name)s %(levelname)s %(message)s")
     try:
         config = model_config(args)
@@ -120,7 +122,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         progress = (lambda i, tok, s: print(json.dumps({"token": i, "id": tok, "ms": 1e3 * s}), flush=True)) \
             if run.rank == 0 else None
-        out = run.decoder(config).generate(prompt_tokens(config, args.prompt_length), args.tokens, progress)
+        decoder = run.decoder(config)
+        run.start()
+        out = decoder.generate(prompt_tokens(config, args.prompt_length), args.tokens, progress)
         summary = run.summary()
     except (IncError, RuntimeError) as e:
         print(f"error: rank {run.rank}: {e}", file=sys.stderr)
@@ -137,16 +141,27 @@ def main(argv: list[str] | None = None) -> int:
 
 
 class _NumpyRun:
-    """The numpy decoder on hosts.dist's default group, or on Open MPI (MpiGroup)."""
+    """The numpy decoder on hosts.dist's default group, on Open MPI (MpiGroup), or with no
+    collectives (backend "none": the ranks meet once on the host ring, then compute alone)."""
 
     def __init__(self, backend: str) -> None:
-        self.group = MpiGroup() if backend == "mpi" else dist.init_process_group(backend)
+        self.alone = backend == "none"
+        self.group = MpiGroup() if backend == "mpi" else dist.init_process_group("ring" if self.alone else backend)
         self.rank, self.world_size = self.group.rank, self.group.world_size
 
     def decoder(self, config: DecoderConfig) -> Decoder:
-        return Decoder(load_shard(config, self.rank, self.world_size), self.group)
+        return Decoder(load_shard(config, self.rank, self.world_size),
+                       Alone(self.world_size) if self.alone else self.group)
+
+    def start(self) -> None:
+        """Backend "none" starts every rank together, so each shares the cores with all the others
+        as it would with collectives; the others meet in their first collective."""
+        if self.alone:
+            self.group.barrier()
 
     def summary(self) -> dict:
+        if self.alone:
+            return {"backend": "none", "fallbacks": 0, "calls": 0}
         return {"backend": self.group.backend, "fallbacks": getattr(self.group.stats, "fallbacks", 0),
                 "calls": self.group.stats.calls}
 
@@ -178,6 +193,9 @@ class _TorchRun:
     def decoder(self, config: DecoderConfig):
         from workloads.torch_decoder import TorchDecoder
         return TorchDecoder(load_shard(config, self.rank, self.world_size))
+
+    def start(self) -> None:
+        """The ranks meet in their first collective."""
 
     def summary(self) -> dict:
         pg = self.tdist.distributed_c10d._get_default_group()

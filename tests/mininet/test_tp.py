@@ -39,3 +39,14 @@ def test_decoder_on_two_hosts_generates_the_reference_tokens(inc_star, impl, bac
     k = job_elements_per_packet(inc_star.fabric.options.topology_path, inc_star.job.job_id)
     steps, per_step = 4, (2 * config.layers + 1) * config.hidden // k * inc_star.n
     assert added >= steps * per_step if backend == "inc" else added == 0
+
+
+@pytest.mark.parametrize("inc_star", [2], indirect=True, ids=lambda n: f"N{n}")
+def test_the_floor_row_computes_on_every_rank_without_the_switch(inc_star, tmp_path):
+    config = model_config(build_parser().parse_args([*FLAGS, "-o", str(tmp_path)]))
+    reference = reference_generate(config, prompt_tokens(config, 2), 3)
+    before = inc_star.counters()["MyIngress.contributions"]
+    run = run_decoder(inc_star.fabric, "none", [*FLAGS, "--impl", "numpy"], tmp_path, None, reference, timeout_s=300)
+    assert run.backend == "none" and len(run.step_s) == 3 and run.comparison is None
+    assert all(0 <= comm < step for comm, step in zip(run.comm_s, run.step_s))
+    assert inc_star.counters()["MyIngress.contributions"] == before

@@ -8,7 +8,7 @@ import threading
 import numpy as np
 import pytest
 
-from workloads.decoder import Decoder, DecoderConfig, compare, load_shard, prompt_tokens, reference_generate
+from workloads.decoder import Alone, Decoder, DecoderConfig, compare, load_shard, prompt_tokens, reference_generate
 
 SMALL = DecoderConfig(layers=2, hidden=256, heads=8, ffn=512, vocab=512, seed=3)
 
@@ -88,3 +88,11 @@ def test_every_rank_holds_its_share_of_every_matrix():
 def test_a_world_size_that_does_not_divide_the_blocks_is_refused():
     with pytest.raises(ValueError, match="must divide"):
         load_shard(SMALL, 0, 3)
+
+
+def test_alone_gives_every_rank_its_own_data_at_once():
+    x = np.arange(4, dtype=np.float32)
+    alone = Alone(3)
+    assert alone.all_reduce(x) is x
+    assert [a is x for a in alone.all_gather(x)] == [True, True, True]
+
