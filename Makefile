@@ -118,14 +118,16 @@ mutation: $(VENV_STAMP)
 	$(PY) -m mutmut run --max-children 2
 	$(PY) -m tests.mutation_report -o docs/results/mutation.md
 
-# Tensor-parallel decoding on a star of N = 2, 4, 8 hosts (TP_WORKERS), with INC and with the
-# host ring, each checked against the single-process reference: a table, $(RESULTS)/tp.json and tp.png.
+# Tensor-parallel decoding on a star of N = 2, 4, 8 hosts (TP_WORKERS), with INC, the host ring
+# and MPI_Allreduce, each checked against the single-process reference: a table, $(RESULTS)/tp.json and tp.png.
 # TP_IMPL=torch: the PyTorch decoder (workloads/torch_decoder.py) on torch.distributed, p4inc
 # against gloo through the same switch (needs make setup TORCH=1); results in $(RESULTS)/tp-torch.json.
-# TP_REPS generations per backend and N, rotating which goes first: one generation is a second
-# or two of one backend, and this machine's speed drifts on that scale (docs/measurements.md).
+# TP_REPS generations of TP_TOKENS tokens per backend and N, rotating which goes first: this
+# machine's speed drifts on the scale of a generation (docs/measurements.md), and 48 tokens a
+# point moved INC over MPI at N = 8 by 1.5x between runs. A last row per N runs the same ranks
+# with no collectives: the floor (workloads/demo.py).
 TP_WORKERS ?= 2 4 8
-TP_TOKENS ?= 16
+TP_TOKENS ?= 64
 TP_REPS ?= 3
 TP_IMPL ?= numpy
 .PHONY: demo-tp
