@@ -650,9 +650,9 @@ class Worker:
 
 # A Reduce its roots acknowledge ends on their window ACKs, one more trip through the switch after
 # the last result: that pays only where each root has enough chunks for the per-chunk ACKs it
-# saves to outweigh it (`python -m bench.collectives` at N = 8: ReduceScatter of 256 B - 16 KiB,
-# 1-2 chunks a root, was 1.2-1.6x slower with them; from 256 KiB, 23 a root, 1.2-1.3x faster).
-WINDOW_ACK_MIN_CHUNKS = 8
+# saves to outweigh it (`python -m bench.collectives` at N = 8, docs/measurements.md: 1-3 chunks
+# a root were as fast or up to 1.4x slower with them; 4-6 a root 10-26% faster, 23 a root 1.2-1.3x).
+WINDOW_ACK_MIN_CHUNKS = 4
 
 
 def _reduce_scatter_as_allreduce(size: int, n: int, k: int) -> bool:
