@@ -3,8 +3,8 @@ from the environment (torchrun's RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT or Open
 OMPI_COMM_WORLD_*), the collectives from hosts.dist (--impl numpy), or with --backend mpi Open
 MPI's own MPI_Allreduce and MPI_Allgather (mpi4py; started by mpirun), the external baseline; or the
 PyTorch decoder (workloads/torch_decoder.py) on torch.distributed's "p4inc" backend or gloo
-(--impl torch), or with --backend none no collectives at all (the compute floor). Writes this rank's tokens, logits slice
-and timings to OUT_DIR/rank<R>.npz; rank 0 prints one JSON line per generated token (progress)
+(--impl torch), or with --backend none no collectives at all (the compute floor). Writes this
+rank's tokens, logits slice and timings to OUT_DIR/rank<R>.npz; rank 0 prints one JSON line per generated token (progress)
 and a last line with the summary.
 
     RANK=0 WORLD_SIZE=2 MASTER_ADDR=10.0.0.1 MASTER_PORT=29500 python -m workloads.tp_worker --tokens 8 -o out/
@@ -95,8 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
                    default=os.environ.get("P4INC_BACKEND", "auto"),
                    help="inc: the switch sums; ring: host ring; auto: the switch if it answers, else the ring; "
                         "gloo: torch's own backend (--impl torch only); mpi: Open MPI's MPI_Allreduce under "
-                        "mpirun (--impl numpy only); none: no collectives, each rank computes its shard alone, the floor free "
-                        "collectives would reach (its tokens are not the model's; --impl numpy only) "
+                        "mpirun (--impl numpy only); none: no collectives, each rank computes its shard alone, "
+                        "the floor free collectives would reach (its tokens are not the model's; --impl numpy only) "
                         "(default $P4INC_BACKEND or auto)")
     p.add_argument("-o", "--out-dir", type=Path, required=True, help="where rank<R>.npz is written")
     return p

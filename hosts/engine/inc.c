@@ -427,7 +427,8 @@ static item_t *take_result(call_t *t, const uint8_t *data, int len)
     inc_header h;
     header_unpack(data, &h);
     int header_only = h.opcode == OP_JOIN || h.opcode == OP_ACK;
-    if (!header_only && (h.count > t->k || len < INC_HEADER_SIZE + 4 * data_elements(h.count, t->k)))
+    int64_t carried = data_elements(h.count, t->k);
+    if (!header_only && (h.count > t->k || len < INC_HEADER_SIZE + 4 * carried))
         return NULL;
     if (h.opcode == OP_WINDOW_ACK && t->window_acks && h.job_id == e->job_id)
         return take_window_ack(t, &h, data);
@@ -447,8 +448,7 @@ static item_t *take_result(call_t *t, const uint8_t *data, int len)
         e->eager = 1;
     if ((h.flags & FLAG_WINDOW_ACKS) && h.collective == COLL_REDUCE && e->window_acks)
         e->takes_window_acks = 1;
-    answer(t, it, h.flags, h.need, h.opcode == OP_RESULT ? data + INC_HEADER_SIZE : NULL, data_elements(h.count, t->k),
-           now);
+    answer(t, it, h.flags, h.need, h.opcode == OP_RESULT ? data + INC_HEADER_SIZE : NULL, carried, now);
     if (t->window_acks && root_of(t, it->chunk) == e->worker_id) {   /* the others learn it from me */
         if (!t->owned_count || it->index < t->owned_from)
             t->owned_from = it->index;

@@ -95,4 +95,3 @@ def test_alone_gives_every_rank_its_own_data_at_once():
     alone = Alone(3)
     assert alone.all_reduce(x) is x
     assert [a is x for a in alone.all_gather(x)] == [True, True, True]
-
